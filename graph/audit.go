@@ -1,0 +1,161 @@
+package graph
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+)
+
+// FindingKind names a class of dtype problem found by Audit.
+type FindingKind string
+
+const (
+	// Reduction16 is a sum or product accumulated in a 16-bit float. The embedded backend
+	// accumulates it in 16 bits: a bfloat16 sum of 1024 ones is 256. Sum in float32 instead
+	// (SumInFloat32).
+	Reduction16 FindingKind = "16-bit reduction"
+	// UncastParameter is a float32 parameter combined with a value converted up from 16 bits: the
+	// op runs in float32 because the parameter was not cast to the compute dtype.
+	UncastParameter FindingKind = "uncast float32 parameter"
+	// Float32Detour is a 16-bit value converted to float32 and back without any reduction in
+	// between: float32 work (and memory traffic) that a 16-bit region did not ask for, typically
+	// a float32 constant or parameter leaking into it. Islands that reduce (softmax, LayerNorm
+	// statistics, losses) are not reported.
+	Float32Detour FindingKind = "float32 detour"
+)
+
+// Finding is one dtype problem of a graph.
+type Finding struct {
+	Kind    FindingKind
+	Node    *graph.Node // where it happens
+	Message string
+}
+
+func (f Finding) String() string { return fmt.Sprintf("%s: %s", f.Kind, f.Message) }
+
+// Audit inspects the nodes of g that outputs depend on and reports 16-bit reductions, uncast
+// float32 parameters in 16-bit regions and float32 detours (see FindingKind). Later packages assert
+// on its findings; `onegpu memory` prints them.
+func Audit(g *graph.Graph, outputs []*graph.Node) []Finding {
+	needed := neededNodes(g, outputs)
+	var findings []Finding
+	for _, n := range g.Nodes() {
+		if !needed[n.Id()] {
+			continue
+		}
+		switch {
+		case isSumLike(n.Type()) && Is16Bit(n.DType()):
+			in := n.Inputs()[0]
+			findings = append(findings, Finding{Reduction16, n, fmt.Sprintf(
+				"%s #%d of %s reduces %d values to %d in %s: accumulate in float32 (graph.SumInFloat32)",
+				n.Type(), n.Id(), in.Shape(), in.Shape().Size(), max(n.Shape().Size(), 1), n.DType())})
+		case isUpcastMeetingParameter(n):
+			findings = append(findings, Finding{UncastParameter, n, fmt.Sprintf(
+				"%s #%d computes in float32 because a float32 parameter meets a value converted from 16 bits: "+
+					"cast the parameter to the compute dtype", n.Type(), n.Id())})
+		case isDowncast(n):
+			if segment, ok := float32Detour(n); ok {
+				findings = append(findings, Finding{Float32Detour, n, fmt.Sprintf(
+					"a 16-bit value goes through %d float32 ops without a reduction before #%d converts it back to %s",
+					segment, n.Id(), n.DType())})
+			}
+		}
+	}
+	return findings
+}
+
+// CountFindings returns how many findings have the given kind.
+func CountFindings(findings []Finding, kind FindingKind) int {
+	n := 0
+	for _, f := range findings {
+		if f.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func isSumLike(t graph.NodeType) bool {
+	return t == graph.NodeTypeReduceSum || t == graph.NodeTypeReduceProduct
+}
+
+func isReduction(t graph.NodeType) bool {
+	switch t {
+	case graph.NodeTypeReduceSum, graph.NodeTypeReduceProduct, graph.NodeTypeReduceMax, graph.NodeTypeReduceMin,
+		graph.NodeTypeDot, graph.NodeTypeDotGeneral, graph.NodeTypeReduceWindow:
+		return true
+	}
+	return false
+}
+
+// isUpcast reports whether n converts a 16-bit float to float32.
+func isUpcast(n *graph.Node) bool {
+	return n.Type() == graph.NodeTypeConvertDType && n.DType() == dtypes.Float32 && Is16Bit(n.Inputs()[0].DType())
+}
+
+// isDowncast reports whether n converts float32 to a 16-bit float.
+func isDowncast(n *graph.Node) bool {
+	return n.Type() == graph.NodeTypeConvertDType && Is16Bit(n.DType()) && n.Inputs()[0].DType() == dtypes.Float32
+}
+
+func isUpcastMeetingParameter(n *graph.Node) bool {
+	if n.Type() == graph.NodeTypeConvertDType || n.DType() != dtypes.Float32 {
+		return false
+	}
+	param, upcast := false, false
+	for _, in := range n.Inputs() {
+		param = param || (in.Type() == graph.NodeTypeParameter && in.DType() == dtypes.Float32)
+		upcast = upcast || isUpcast(in)
+	}
+	return param && upcast
+}
+
+// float32Detour walks back from a downcast through float32 ops to the conversions that feed them.
+// It reports the number of float32 ops in between when they include no reduction and are fed by at
+// least one upcast from 16 bits.
+func float32Detour(downcast *graph.Node) (int, bool) {
+	const limit = 64 // a detour is a few elementwise ops; longer float32 regions are deliberate
+	seen := map[graph.NodeId]bool{}
+	stack := []*graph.Node{downcast.Inputs()[0]}
+	ops, fedByUpcast := 0, false
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[n.Id()] {
+			continue
+		}
+		seen[n.Id()] = true
+		switch {
+		case isUpcast(n):
+			fedByUpcast = true
+			continue
+		case n.Type() == graph.NodeTypeParameter || n.Type() == graph.NodeTypeConstant || n.Type() == graph.NodeTypeConvertDType:
+			continue
+		case isReduction(n.Type()) || n.DType() != dtypes.Float32:
+			return 0, false
+		}
+		ops++
+		if ops > limit {
+			return 0, false
+		}
+		stack = append(stack, n.Inputs()...)
+	}
+	return ops, fedByUpcast && ops > 0
+}
+
+// neededNodes marks the nodes outputs depend on.
+func neededNodes(g *graph.Graph, outputs []*graph.Node) []bool {
+	needed := make([]bool, len(g.Nodes()))
+	stack := append([]*graph.Node(nil), outputs...)
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if needed[n.Id()] {
+			continue
+		}
+		needed[n.Id()] = true
+		stack = append(stack, n.Inputs()...)
+	}
+	return needed
+}
