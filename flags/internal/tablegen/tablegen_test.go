@@ -1,0 +1,97 @@
+package tablegen
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+func TestNormalizeDefault(t *testing.T) {
+	tests := []struct {
+		kind, raw, def, computed string
+	}{
+		{"bool", "", "false", ""},
+		{"bool", "true", "true", ""},
+		{"bool", "IsSupported()", "", "IsSupported()"},
+		{"int32", "", "0", ""},
+		{"int32", "-1", "-1", ""},
+		{"int32", "30 * 60", "1800", ""},
+		{"int64", "8 * 1024 * 1024", "8388608", ""},
+		{"int64", "1LL << 12", "4096", ""},
+		{"int64", "std::numeric_limits<int64_t>::max()", "9223372036854775807", ""},
+		{"int64", "kDefaultAllReduceCombineThreshold", "", "kDefaultAllReduceCombineThreshold"},
+		{"float", "0.1f", "0.1", ""},
+		{"float", "1.1", "1.1", ""},
+		{"string", "", "", ""},
+		{"string", `""`, "", ""},
+		{"string", `"./cuda_sdk_lib"`, "./cuda_sdk_lib", ""},
+		{"string", "DefaultMaxIsa()", "", "DefaultMaxIsa()"},
+		{"enum", "DebugOptions::RUNTIME", "RUNTIME", ""},
+		{"enum", "", "", "set by XLA's own setter"},
+		{"list-edit", "FUSION,CUBLAS", "FUSION,CUBLAS", ""},
+	}
+	for _, tt := range tests {
+		def, computed, err := normalizeDefault(tt.kind, tt.raw)
+		if err != nil || def != tt.def || computed != tt.computed {
+			t.Errorf("normalizeDefault(%s, %q) = %q, %q, %v; want %q, %q", tt.kind, tt.raw, def, computed, err, tt.def, tt.computed)
+		}
+	}
+	if _, _, err := normalizeDefault("int32", "1LL << 40"); err == nil {
+		t.Error("an int32 default that overflows was accepted")
+	}
+}
+
+func tables(files map[string]string) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for name, data := range files {
+		fsys[name] = &fstest.MapFile{Data: []byte(data)}
+	}
+	return fsys
+}
+
+func TestGenerate(t *testing.T) {
+	base := map[string]string{
+		BuildsFile: "# comment\nold\told.tsv\tcuda\t-\tan old build\nnew\tnew.tsv\tcpu\t0.83\ta new build\n",
+		CustomFile: "xla_mode\tenum\tA,B\t\t\n",
+		"old.tsv":  "xla_b\tbool\t\t\nxla_mode\tcustom\tDebugOptions::A\t\n",
+		"new.tsv":  "xla_a\tint32\t4\t\nxla_gone\tNOOP(deprecated)\t\tDEPRECATED\n",
+	}
+	src, err := Generate(tables(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`{build: "old", platform: "cuda", pjrtMajor: -1, pjrtMinor: -1, description: "an old build"`,
+		`{Name: "xla_b", Kind: KindBool, Default: "false"}`,
+		`{Name: "xla_mode", Kind: KindEnum, Default: "A", Values: []string{"A", "B"}}`,
+		`pjrtMajor: 0, pjrtMinor: 83`,
+		`{Name: "xla_a", Kind: KindInt, Bits: 32, Default: "4"}`,
+		`{Name: "xla_gone", Kind: KindBool, Default: "false", Deprecated: true, NoOp: true}`,
+	} {
+		if !strings.Contains(string(src), want) {
+			t.Errorf("generated source lacks %s:\n%s", want, src)
+		}
+	}
+
+	broken := []struct {
+		name, file, data, inErr string
+	}{
+		{"unclassified custom flag", "new.tsv", "xla_x\tcustom\t\t\n", "classify it in custom.tsv"},
+		{"unused custom entry", CustomFile, "xla_mode\tenum\tA,B\t\t\nxla_unused\tbool\t\t\t\n", "in no flag table"},
+		{"unknown type", "new.tsv", "xla_x\tdouble\t\t\n", "unknown type"},
+		{"duplicate flag", "new.tsv", "xla_x\tbool\t\t\nxla_x\tbool\t\t\n", "listed twice"},
+		{"short row", "new.tsv", "xla_x\tbool\n", "want 4"},
+		{"default outside the values", "old.tsv", "xla_mode\tcustom\tDebugOptions::C\t\n", "not among its values"},
+		{"bad PJRT version", BuildsFile, "old\told.tsv\tcuda\tv1\tx\n", "not major.minor"},
+	}
+	for _, tt := range broken {
+		files := map[string]string{}
+		for k, v := range base {
+			files[k] = v
+		}
+		files[tt.file] = tt.data
+		if _, err := Generate(tables(files)); err == nil || !strings.Contains(err.Error(), tt.inErr) {
+			t.Errorf("%s: Generate = %v, want an error with %q", tt.name, err, tt.inErr)
+		}
+	}
+}
