@@ -1,0 +1,278 @@
+package flags
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// abortUnknown is what XLA does with a flag it does not define.
+const abortUnknown = `XLA aborts the process with "Unknown flags in XLA_FLAGS"`
+
+// Check reports what build b of XLA would do with every setting of s, before any plugin reads
+// them. The error (a Problems) lists each setting that would abort the process (unknown and
+// removed flags, values XLA cannot parse, a value-taking flag written without '='), each one
+// XLA would silently misread or drop, and the tokenizing problems Parse found. Each problem names
+// the flag, the build and the fix. The warnings list settings XLA accepts that do nothing
+// (deprecated no-ops) or may not mean what they seem (an enum value onegpu does not know).
+func (s Set) Check(b Build) (warnings []Problem, err error) {
+	if _, ok := infoOf(b); !ok {
+		_, err := ParseBuild(string(b))
+		return nil, err
+	}
+	var errs []Problem
+	for _, p := range s.syntax {
+		p.Build = b
+		errs = append(errs, p)
+	}
+	for _, st := range s.settings {
+		w, e := checkSetting(st, b)
+		warnings = append(warnings, w...)
+		errs = append(errs, e...)
+	}
+	return warnings, errorOf(errs)
+}
+
+// checkSetting returns the warnings and errors of one setting on build b.
+func checkSetting(st Setting, b Build) (warnings, errs []Problem) {
+	fail := func(message, fix string) []Problem {
+		return []Problem{{Flag: st.problemName(), Build: b, Message: message, Fix: fix}}
+	}
+	switch {
+	case st.Token == "--":
+		return nil, fail(`XLA takes "--" and every flag after it as unknown flags and aborts the process`, "remove the --")
+	case st.Name == "" && strings.HasPrefix(st.Token, "--="):
+		return nil, fail("a flag without a name: "+abortUnknown, "write --name=value")
+	case st.Name == "":
+		return nil, fail("flags start with two dashes: "+abortUnknown, "write --"+strings.TrimLeft(st.Token, "-"))
+	}
+	f, ok := b.Lookup(st.Name)
+	if !ok {
+		why, fix := absentFlag(st.Name, b)
+		return nil, fail(why+": "+abortUnknown, fix)
+	}
+	if f.Deprecated {
+		w := Problem{Flag: f.Name, Build: b, Message: "deprecated: XLA still reads it but may drop it in a later build"}
+		if f.NoOp {
+			w.Message = "deprecated: XLA accepts it and ignores it"
+		}
+		if r, ok := replacements[f.Name]; ok {
+			w.Fix = r.fix()
+		} else {
+			w.Fix = "drop it"
+		}
+		warnings = append(warnings, w)
+	}
+	if !st.HasValue {
+		if f.Kind == KindBool {
+			return warnings, nil // a bare bool flag means true
+		}
+		return warnings, fail(fmt.Sprintf("--%s takes a value (%s) after '=': XLA knows no bare --%s, so %s",
+			f.Name, f.Type(), f.Name, abortUnknown), f.Syntax())
+	}
+	if message := badValue(f, st.Value); message != "" {
+		return warnings, fail(message, f.Syntax())
+	}
+	if f.Kind == KindEnum && len(f.Values) > 0 && !containsFold(f.Values, st.Value) {
+		warnings = append(warnings, Problem{Flag: f.Name, Build: b,
+			Message: fmt.Sprintf("%q is not among the values onegpu knows (%s); XLA aborts the process if %s does not know it either",
+				st.Value, strings.Join(f.Values, ", "), b),
+			Fix: f.Syntax()})
+	}
+	return warnings, nil
+}
+
+// absentFlag explains why build b does not define the flag called name ("removed by cpu-0.83
+// (last defined by jax-0.4.25)": the first build without it, of those onegpu knows), and what
+// to write instead.
+func absentFlag(name string, b Build) (why, fix string) {
+	last, removedIn, first := Build(""), Build(""), Build("")
+	for _, info := range builds {
+		_, defined := info.build.Lookup(name)
+		switch {
+		case info.build.order() < b.order() && defined:
+			last, removedIn = info.build, ""
+		case info.build.order() <= b.order() && !defined && last != "" && removedIn == "":
+			removedIn = info.build
+		case info.build.order() > b.order() && defined && first == "":
+			first = info.build
+		}
+	}
+	switch {
+	case last != "":
+		why = fmt.Sprintf("removed by %s (last defined by %s)", removedIn, last)
+		if r, ok := replacements[name]; ok {
+			return why, r.fix()
+		}
+		return why, "drop it: XLA has no replacement for it"
+	case first != "":
+		return fmt.Sprintf("too new for %s (first defined by %s)", b, first),
+			fmt.Sprintf("drop it, or use a plugin of %s or later", first)
+	}
+	why = "not a flag of " + string(b)
+	if near := nearestFlag(name, b); near != "" {
+		return why, "did you mean --" + near + "?"
+	}
+	return why, "drop it"
+}
+
+// nearestFlag returns the flag of b whose name is closest to name, if it is close enough to be
+// a likely typo.
+func nearestFlag(name string, b Build) string {
+	best, bestDistance := "", len(name)/4+2
+	for _, f := range b.Flags() {
+		if d := editDistance(name, f.Name, bestDistance); d < bestDistance {
+			best, bestDistance = f.Name, d
+		}
+	}
+	return best
+}
+
+// editDistance returns the Levenshtein distance between a and b, or limit when it is at least limit.
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit)
+}
+
+func containsFold(values []string, v string) bool {
+	for _, x := range values {
+		if strings.EqualFold(x, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// badValue returns why XLA would reject or silently distort value for flag f, or "".
+//
+// XLA parses values with tsl's flag parser. Older builds parse numbers with sscanf("%d%c"),
+// newer ones with absl::SimpleAtoi/SimpleAtof; a value is accepted here only when both accept
+// it with the same meaning, and out-of-range numbers (which one parser wraps or saturates
+// silently) are rejected.
+func badValue(f Flag, value string) string {
+	switch f.Kind {
+	case KindBool:
+		if !strings.EqualFold(value, "true") && !strings.EqualFold(value, "false") && value != "1" && value != "0" {
+			return fmt.Sprintf(`%q is not a bool: XLA accepts true, false, 1 or 0 and aborts the process on anything else ("Couldn't interpret value")`, value)
+		}
+	case KindInt:
+		bits := f.Bits
+		if bits == 0 {
+			bits = 32
+		}
+		if problem := checkInt(value, bits); problem != "" {
+			return fmt.Sprintf("%q %s", value, problem)
+		}
+	case KindFloat:
+		if problem := checkFloat32(value); problem != "" {
+			return fmt.Sprintf("%q %s", value, problem)
+		}
+	case KindEnum:
+		if value == "" {
+			return "an enum flag needs a value: XLA aborts the process on an empty one"
+		}
+	}
+	return ""
+}
+
+// checkInt returns why value is not a decimal integer of the given width for XLA, or "".
+func checkInt(value string, bits int) string {
+	s := strings.TrimLeft(value, cSpace)
+	notInt := fmt.Sprintf(`is not an int%d: XLA aborts the process ("Couldn't interpret value")`, bits)
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	if s == "" {
+		return notInt
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return notInt
+		}
+	}
+	digits := strings.TrimLeft(s, "0")
+	limit := fmt.Sprint(uint64(1) << (bits - 1)) // |min|; max is one less
+	negative := strings.HasPrefix(strings.TrimLeft(value, cSpace), "-")
+	if len(digits) > len(limit) || len(digits) == len(limit) && (digits > limit || digits == limit && !negative) {
+		return fmt.Sprintf("is out of the int%d range [%d, %d]: XLA rejects it or silently stores another number",
+			bits, -(int64(1) << (bits - 1)), int64(uint64(1)<<(bits-1)-1))
+	}
+	return ""
+}
+
+// cSpace is what C's isspace accepts; sscanf and absl both skip it before a number.
+const cSpace = " \t\n\v\f\r"
+
+// checkFloat32 returns why value is not a float32 for XLA, or "". It accepts decimal numbers
+// with an optional sign, fraction and exponent, and inf, infinity and nan in any case: what
+// both sscanf("%f") and absl::SimpleAtof accept. Hexadecimal floats are rejected (absl does).
+func checkFloat32(value string) string {
+	notFloat := `is not a float: XLA aborts the process ("Couldn't interpret value")`
+	s := strings.TrimLeft(value, cSpace)
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	switch strings.ToLower(s) {
+	case "inf", "infinity", "nan":
+		return ""
+	case "":
+		return notFloat
+	}
+	i, digits := 0, 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i, digits = i+1, digits+1
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i, digits = i+1, digits+1
+		}
+	}
+	if digits == 0 {
+		return notFloat
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return notFloat
+		}
+	}
+	if i != len(s) {
+		return notFloat
+	}
+	if f, err := strconv.ParseFloat(s, 32); err != nil && math.IsInf(f, 0) {
+		return "overflows float32: XLA silently turns it into infinity"
+	}
+	return ""
+}

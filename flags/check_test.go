@@ -1,0 +1,160 @@
+package flags
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// verdict is the outcome of checking one setting: accepted, accepted with a warning, or rejected.
+type verdict int
+
+const (
+	accepted verdict = iota
+	warned
+	rejected
+)
+
+func (v verdict) String() string { return [...]string{"accepted", "warned", "rejected"}[v] }
+
+// checkOne checks text on b and returns the verdict with the problem that decided it.
+func checkOne(t *testing.T, text string, b Build) (verdict, Problem) {
+	t.Helper()
+	s, _ := Parse(text)
+	warnings, err := s.Check(b)
+	var ps Problems
+	switch {
+	case errors.As(err, &ps):
+		return rejected, ps[0]
+	case err != nil:
+		t.Fatalf("Check(%q): %v", text, err)
+	case len(warnings) > 0:
+		return warned, warnings[0]
+	}
+	return accepted, Problem{}
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name  string
+		text  string
+		build Build
+		want  verdict
+		// What the deciding problem must say: its message and fix contain these.
+		inMessage, inFix string
+	}{
+		{"known bool", "--xla_gpu_deterministic_ops=true", CUDA011, accepted, "", ""},
+		{"bare bool means true", "--xla_gpu_deterministic_ops", CUDA011, accepted, "", ""},
+		{"bool 1 and 0", "--xla_gpu_deterministic_ops=1 --xla_gpu_deterministic_ops=0", CUDA011, accepted, "", ""},
+		{"bool in any case", "--xla_gpu_deterministic_ops=TRUE", CUDA011, accepted, "", ""},
+		{"bad bool", "--xla_gpu_deterministic_ops=yes", CUDA011, rejected, `"yes" is not a bool`, "=true|false"},
+		{"int", "--xla_gpu_autotune_level=2", CUDA011, accepted, "", ""},
+		{"signed int", "--xla_gpu_autotune_level=-1 --xla_gpu_autotune_level=+3", CUDA011, accepted, "", ""},
+		{"int needs '='", "--xla_gpu_autotune_level", CUDA011, rejected, "takes a value (int32) after '='", "=<int32>"},
+		{"string needs '='", "--xla_dump_to", CUDA011, rejected, "takes a value (string)", ""},
+		{"bad int", "--xla_gpu_autotune_level=1.5", CUDA011, rejected, "is not an int32", "=<int32>"},
+		{"hex int", "--xla_gpu_autotune_level=0x2", CUDA011, rejected, "is not an int32", ""},
+		{"empty int", "--xla_gpu_autotune_level=", CUDA011, rejected, "is not an int32", ""},
+		{"int32 overflow", "--xla_gpu_memory_limit_slop_factor=2147483648", CUDA011, rejected, "out of the int32 range", ""},
+		{"int32 minimum", "--xla_gpu_memory_limit_slop_factor=-2147483648", CUDA011, accepted, "", ""},
+		{"int64 fits", "--xla_gpu_redzone_padding_bytes=9223372036854775807", CUDA011, accepted, "", ""},
+		{"int64 overflow", "--xla_gpu_redzone_padding_bytes=9223372036854775808", CUDA011, rejected, "out of the int64 range", ""},
+		{"float", "--xla_gpu_autotune_gemm_rtol=0.05", CUDA011, accepted, "", ""},
+		{"float forms", "--xla_gpu_autotune_gemm_rtol=1e-3 --xla_gpu_autotune_gemm_rtol=.5 --xla_gpu_autotune_gemm_rtol=inf", CUDA011, accepted, "", ""},
+		{"bad float", "--xla_gpu_autotune_gemm_rtol=0.1f", CUDA011, rejected, "is not a float", ""},
+		{"float overflow", "--xla_gpu_autotune_gemm_rtol=1e39", CUDA011, rejected, "overflows float32", ""},
+		{"empty string", "--xla_dump_to=", CUDA011, accepted, "", ""},
+		{"empty list disables command buffers", "--xla_gpu_enable_command_buffer=", CUDA011, accepted, "", ""},
+		{"known enum value", "--xla_gpu_shape_checks=IGNORE", CUDA011, accepted, "", ""},
+		{"unknown enum value warns", "--xla_gpu_shape_checks=SOMETIMES", CUDA011, warned, "not among the values onegpu knows", "IGNORE|RUNTIME|COMPILE_TIME"},
+		{"empty enum", "--xla_gpu_shape_checks=", CUDA011, rejected, "needs a value", ""},
+		{"deprecated no-op warns", "--xla_gpu_enable_cudnn_fmha=true", CUDA011, warned, "accepts it and ignores it", "drop it"},
+		{"deprecated with a successor", "--xla_gpu_enable_pipelined_all_reduce=true", Head, warned, "deprecated", "--xla_gpu_pipeline_all_reduce"},
+		{"removed, with replacement", "--xla_gpu_graph_level=1", CUDA011, rejected, "removed by cpu-0.83 (last defined by jax-0.4.25)", "--xla_gpu_enable_command_buffer"},
+		{"removed, no replacement", "--xla_gpu_enable_split_k_autotuning=true", CUDA011, rejected, "removed by cuda-0.11 (last defined by cpu-0.83)", "no replacement"},
+		{"too new", "--xla_gpu_pipeline_all_reduce=X", CUDA011, rejected, "too new for cuda-0.11 (first defined by head)", "head or later"},
+		{"typo", "--xla_gpu_autotun_level=2", CUDA011, rejected, "not a flag of cuda-0.11", "did you mean --xla_gpu_autotune_level?"},
+		{"unknown", "--xla_made_up_entirely=1", CUDA011, rejected, "Unknown flags in XLA_FLAGS", "drop it"},
+		{"single dash", "-xla_gpu_autotune_level=2", CUDA011, rejected, "two dashes", "--xla_gpu_autotune_level=2"},
+		{"double dash alone", "--", CUDA011, rejected, "every flag after it", "remove the --"},
+		{"no name", "--=2", CUDA011, rejected, "without a name", ""},
+		{"space before a value", "--xla_gpu_deterministic_ops true", CUDA011, rejected, "blank before its value", "--xla_gpu_deterministic_ops=true"},
+		{"same text on the build that has it", "--xla_gpu_graph_level=1", JAX0425, accepted, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, p := checkOne(t, tt.text, tt.build)
+			if got != tt.want {
+				t.Fatalf("Check(%q) on %s: %v (%v), want %v", tt.text, tt.build, got, p, tt.want)
+			}
+			if got == accepted {
+				return
+			}
+			if p.Build != tt.build || !strings.Contains(p.Message, tt.inMessage) || !strings.Contains(p.Fix, tt.inFix) {
+				t.Errorf("Check(%q) on %s: %+v; want the build, %q in the message and %q in the fix", tt.text, tt.build, p, tt.inMessage, tt.inFix)
+			}
+		})
+	}
+}
+
+// TestTutorialFlagsPerBuild pins the verdict for each of the 2024 tutorial's five flags on each
+// build, with its own value.
+func TestTutorialFlagsPerBuild(t *testing.T) {
+	gone := map[Build]verdict{JAX0425: accepted, CPU083: rejected, CUDA011: rejected, Head: rejected}
+	kept := map[Build]verdict{JAX0425: accepted, CPU083: accepted, CUDA011: accepted, Head: accepted}
+	want := map[string]map[Build]verdict{
+		"xla_gpu_enable_triton_softmax_fusion":         gone,
+		"xla_gpu_triton_gemm_any":                      kept,
+		"xla_gpu_enable_async_collectives":             gone,
+		"xla_gpu_enable_latency_hiding_scheduler":      kept,
+		"xla_gpu_enable_highest_priority_async_stream": kept,
+	}
+	tutorial := mustParse(t, Tutorial2024).Settings()
+	if len(tutorial) != 5 {
+		t.Fatalf("Tutorial2024 has %d flags, want 5", len(tutorial))
+	}
+	for _, st := range tutorial {
+		for _, b := range Builds() {
+			got, p := checkOne(t, st.String(), b)
+			if got != want[st.Name][b] {
+				t.Errorf("%s on %s: %v (%v), want %v", st, b, got, p, want[st.Name][b])
+			}
+		}
+	}
+}
+
+func TestCheckUnknownBuild(t *testing.T) {
+	if _, err := (Set{}).Check("cuda-9"); err == nil || !strings.Contains(err.Error(), "cuda-0.11") {
+		t.Errorf("Check on an unknown build: %v, want an error listing the builds", err)
+	}
+}
+
+func TestProblemsError(t *testing.T) {
+	ps := Problems{
+		{Flag: "xla_a", Build: CUDA011, Message: "bad", Fix: "drop it"},
+		{Flag: "xla_b", Message: "worse"},
+	}
+	want := "xla_a (cuda-0.11): bad; fix: drop it\nxla_b: worse"
+	if ps.Error() != want {
+		t.Errorf("Problems.Error() = %q, want %q", ps.Error(), want)
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b  string
+		limit int
+		want  int
+	}{
+		{"kitten", "sitting", 10, 3},
+		{"", "abc", 10, 3},
+		{"same", "same", 10, 0},
+		{"abcdef", "uvwxyz", 3, 3},
+		{"a", "abcdefgh", 3, 3},
+	}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b, tt.limit); got != tt.want {
+			t.Errorf("editDistance(%q, %q, %d) = %d, want %d", tt.a, tt.b, tt.limit, got, tt.want)
+		}
+	}
+}
