@@ -20,9 +20,9 @@ func dotGeneralGrad(node, v *graph.Node) ([]*graph.Node, error) {
 	nLhsFree := len(freeAxes(lhs.Rank(), axes.lhsContract, axes.lhsBatch))
 	nRhsFree := len(freeAxes(rhs.Rank(), axes.rhsContract, axes.rhsBatch))
 	// v's axes: [batch..., lhs free..., rhs free...].
-	vBatch := iota(0, nb)
-	vLhsFree := iota(nb, nLhsFree)
-	vRhsFree := iota(nb+nLhsFree, nRhsFree)
+	vBatch := axisRange(0, nb)
+	vLhsFree := axisRange(nb, nLhsFree)
+	vRhsFree := axisRange(nb+nLhsFree, nRhsFree)
 	return []*graph.Node{
 		operandGrad(v, vBatch, vRhsFree, lhs, axes.lhsContract, axes.lhsBatch, rhs, axes.rhsContract, axes.rhsBatch),
 		operandGrad(v, vBatch, vLhsFree, rhs, axes.rhsContract, axes.rhsBatch, lhs, axes.lhsContract, axes.lhsBatch),
@@ -51,7 +51,7 @@ func operandGrad(v *graph.Node, vBatch, vOtherFree []int,
 	for i, ax := range thisContract {
 		perm[ax] = nb + nFree + slices.Index(sortedOtherContract, otherContract[i])
 	}
-	if slices.Equal(perm, iota(0, len(perm))) {
+	if slices.Equal(perm, axisRange(0, len(perm))) {
 		return product
 	}
 	return graph.TransposeAllAxes(product, perm...)
@@ -77,8 +77,8 @@ func dotGrad(node, v *graph.Node) ([]*graph.Node, error) {
 	return nil, fmt.Errorf("Dot of ranks %d and %d", a.Rank(), b.Rank())
 }
 
-// iota returns [start, start+1, ..., start+n-1].
-func iota(start, n int) []int {
+// axisRange returns [start, start+1, ..., start+n-1].
+func axisRange(start, n int) []int {
 	s := make([]int, n)
 	for i := range s {
 		s[i] = start + i

@@ -1,0 +1,19 @@
+package graph
+
+import "fmt"
+
+// CatchPanic runs fn and returns the panic it raised, if any, as an error. GoMLX graph builders
+// report misuse by panicking; functions that take user input turn those panics into errors with it.
+func CatchPanic(fn func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v", r)
+			}
+		}
+	}()
+	fn()
+	return nil
+}

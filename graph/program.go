@@ -1,0 +1,86 @@
+package graph
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// Program is a built graph described the way it will execute: what it returns, which parameter
+// buffers it may consume, and what each parameter holds. Analyze reads it; nothing runs.
+type Program struct {
+	Graph *graph.Graph
+	// Outputs are the values the program returns (never freed while it runs).
+	Outputs []*graph.Node
+	// Loss, when set, ends the forward pass: nodes it does not depend on belong to the backward
+	// pass or the optimizer update. It improves the memory breakdown.
+	Loss *graph.Node
+	// Donated are parameters whose buffers the executable owns (GoMLX donates the variables a
+	// step updates): they are released after their last use and may be overwritten in place.
+	Donated map[graph.NodeId]bool
+	// Trainable and State mark parameters holding trainable variables and other variables
+	// (optimizer moments, step counters, loss scales). Other parameters are data inputs.
+	Trainable, State map[graph.NodeId]bool
+	// NewParams marks outputs that are the updated values of trainable variables.
+	NewParams map[graph.NodeId]bool
+}
+
+// NewProgram describes a graph built without a context: outputs as given, no donation, every
+// parameter a data input.
+func NewProgram(g *graph.Graph, outputs ...*graph.Node) *Program {
+	return &Program{Graph: g, Outputs: outputs, Donated: map[graph.NodeId]bool{}, Trainable: map[graph.NodeId]bool{},
+		State: map[graph.NodeId]bool{}, NewParams: map[graph.NodeId]bool{}}
+}
+
+// ContextProgram builds fn the way GoMLX's context.Exec runs it — fn's outputs followed by the new
+// values of the variables fn changed, whose buffers are donated — on data inputs of the given
+// shapes, and describes it for Analyze. fn's first output is taken as the loss when it is a scalar.
+//
+// Nothing is executed: variables need only their shapes. A panic while building (a shape error, an
+// unsupported dtype) is returned as an error.
+func ContextProgram(backend backends.Backend, ctx *context.Context, name string, inputs []shapes.Shape,
+	fn func(ctx *context.Context, inputs []*graph.Node) []*graph.Node) (p *Program, err error) {
+	InstallGradients()
+	g := graph.NewGraph(backend, name)
+	err = CatchPanic(func() {
+		nodes := make([]*graph.Node, len(inputs))
+		for i, s := range inputs {
+			nodes[i] = graph.Parameter(g, fmt.Sprintf("input_%d", i), s)
+		}
+		outputs := fn(ctx, nodes)
+		p = NewProgram(g, outputs...)
+		if len(outputs) > 0 && outputs[0].IsScalar() {
+			p.Loss = outputs[0]
+		}
+		for v := range ctx.IterVariables() {
+			if !v.InUseByGraph(g) {
+				continue
+			}
+			param := g.GetParameterByName(v.ParameterName())
+			if param == nil {
+				continue
+			}
+			if v.Trainable {
+				p.Trainable[param.Id()] = true
+			} else {
+				p.State[param.Id()] = true
+			}
+			if v.ChangedInGraph(g) {
+				value := v.ValueGraph(g)
+				p.Outputs = append(p.Outputs, value)
+				p.Donated[param.Id()] = true
+				if v.Trainable {
+					p.NewParams[value.Id()] = true
+				}
+			}
+		}
+	})
+	if err != nil {
+		g.Finalize()
+		return nil, fmt.Errorf("building %q: %w", name, err)
+	}
+	return p, nil
+}
