@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -25,6 +26,27 @@ var embedded = sync.OnceValue(func() backends.Backend {
 	}
 	return b
 })
+
+// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil without one.
+var xlaBackend = sync.OnceValue(func() backends.Backend {
+	plugin := os.Getenv(ograph.EnvPlugin)
+	if plugin == "" {
+		return nil
+	}
+	b, err := ograph.NewBackend("xla:" + plugin)
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+// backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
+func backendsUnderTest() []backends.Backend {
+	if b := xlaBackend(); b != nil {
+		return []backends.Backend{embedded(), b}
+	}
+	return []backends.Backend{embedded()}
+}
 
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {

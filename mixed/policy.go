@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
 
@@ -133,6 +134,13 @@ func (p Policy) String() string {
 	return fmt.Sprintf("params=%s,compute=%s,output=%s", dtypeName(p.Param), dtypeName(p.Compute), dtypeName(p.Output))
 }
 
+// computes reports whether backend can compute dtype. GoMLX v0.26.0's XLA backend leaves float16
+// out of its Capabilities().DTypes although XLA computes it (verified with the CPU PJRT plugin), so
+// float16 is accepted on any backend named "xla".
+func computes(backend backends.Backend, dtype dtypes.DType) bool {
+	return backend.Capabilities().DTypes[dtype] || (dtype == dtypes.Float16 && backend.Name() == xla.BackendName)
+}
+
 // Validate reports whether each of the policy's dtypes is one of float32, bfloat16, float16 and
 // float64, and, when backend is not nil, whether the backend can compute it.
 //
@@ -152,7 +160,7 @@ func (p Policy) Validate(backend backends.Backend) error {
 			return fmt.Errorf("precision policy %s: %s dtype %s is not a policy dtype: use %s",
 				p, f.role, f.dtype, acceptedDTypes)
 		}
-		if backend == nil || backend.Capabilities().DTypes[f.dtype] {
+		if backend == nil || computes(backend, f.dtype) {
 			continue
 		}
 		fix := "choose another dtype"

@@ -62,91 +62,93 @@ var lossScaleState = map[string]bool{
 func TestAtomicSkip(t *testing.T) {
 	const batch = 32
 	policy := mixed.Policy{Param: f32, Compute: bf16, Output: f32}
-	x, labels := tutorialmlp.RandomBatch(3, batch)
-	withInf := func(v float32) *tensors.Tensor {
-		bad, _ := x.Clone()
-		bad.MutableFlatData(func(flat any) { flat.([]float32)[17] = v })
-		return bad
-	}
-	for _, tc := range []struct {
-		name   string
-		x      *tensors.Tensor
-		factor float32
-		poison bool // set a parameter to NaN before the step
-	}{
-		{"+Inf input", withInf(float32(math.Inf(1))), 1, false},
-		{"NaN input", withInf(float32(math.NaN())), 1, false},
-		{"overflowing loss", x, 1e36, false},
-		{"NaN parameter", x, 1, true},
-	} {
-		for _, manual := range []bool{false, true} {
-			name := tc.name + "/UpdateGraph"
-			if manual {
-				name = tc.name + "/ApplyScaledGradients"
-			}
-			t.Run(name, func(t *testing.T) {
-				ctx := context.New()
-				opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
-				exec, err := context.NewExec(embedded(), ctx, mlpStep(policy, opt, manual))
-				if err != nil {
-					t.Fatal(err)
+	for _, backend := range backendsUnderTest() {
+		x, labels := tutorialmlp.RandomBatch(3, batch)
+		withInf := func(v float32) *tensors.Tensor {
+			bad, _ := x.Clone()
+			bad.MutableFlatData(func(flat any) { flat.([]float32)[17] = v })
+			return bad
+		}
+		for _, tc := range []struct {
+			name   string
+			x      *tensors.Tensor
+			factor float32
+			poison bool // set a parameter to NaN before the step
+		}{
+			{"+Inf input", withInf(float32(math.Inf(1))), 1, false},
+			{"NaN input", withInf(float32(math.NaN())), 1, false},
+			{"overflowing loss", x, 1e36, false},
+			{"NaN parameter", x, 1, true},
+		} {
+			for _, manual := range []bool{false, true} {
+				name := backend.Name() + "/" + tc.name + "/UpdateGraph"
+				if manual {
+					name = backend.Name() + "/" + tc.name + "/ApplyScaledGradients"
 				}
-				defer exec.Finalize()
-				for range 2 {
+				t.Run(name, func(t *testing.T) {
+					ctx := context.New()
+					opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+					exec, err := context.NewExec(backend, ctx, mlpStep(policy, opt, manual))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer exec.Finalize()
+					for range 2 {
+						if _, err := exec.Exec(x, labels, float32(1)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if tc.poison {
+						v := ctx.GetVariableByScopeAndName("/dense2", "bias")
+						poisoned, _ := v.MustValue().Clone()
+						poisoned.MutableFlatData(func(flat any) { flat.([]float32)[3] = float32(math.NaN()) })
+						v.MustSetValue(poisoned)
+					}
+					before := snapshot(t, ctx)
+					if _, err := exec.Exec(tc.x, labels, tc.factor); err != nil {
+						t.Fatal(err)
+					}
+					after := snapshot(t, ctx)
+					if len(after) != len(before) {
+						t.Errorf("%d variables before, %d after", len(before), len(after))
+					}
+					var kept []string
+					for name, b := range before {
+						if lossScaleState[name] {
+							continue
+						}
+						kept = append(kept, name)
+						if !bytes.Equal(after[name], b) {
+							t.Errorf("variable %s changed in a skipped step", name)
+						}
+					}
+					for _, want := range []string{"/global_step", "/AdamOptimizer/global_step", "/optimizers/learning_rate",
+						"/optimizers/halving_schedule/global_step", "/AdamOptimizer/dense1/kernel_1st_moment",
+						"/AdamOptimizer/norm/scale_2nd_moment", "/dense2/bias"} {
+						if _, ok := before[want]; !ok {
+							t.Errorf("expected variable %s to exist; have %s", want, strings.Join(kept, " "))
+						}
+					}
+					scale := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.LossScaleVariable)
+					skipped := scalarOf(t, ctx, mixed.DefaultOptimizerScope, mixed.SkippedStepsVariable)
+					if scale != 1<<14 || skipped != 1 {
+						t.Errorf("after the skipped step: loss scale %g (want 16384), skipped_steps %g (want 1)", scale, skipped)
+					}
+
+					if tc.poison {
+						return // the NaN parameter stays: every later step is skipped too
+					}
 					if _, err := exec.Exec(x, labels, float32(1)); err != nil {
 						t.Fatal(err)
 					}
-				}
-				if tc.poison {
-					v := ctx.GetVariableByScopeAndName("/dense2", "bias")
-					poisoned, _ := v.MustValue().Clone()
-					poisoned.MutableFlatData(func(flat any) { flat.([]float32)[3] = float32(math.NaN()) })
-					v.MustSetValue(poisoned)
-				}
-				before := snapshot(t, ctx)
-				if _, err := exec.Exec(tc.x, labels, tc.factor); err != nil {
-					t.Fatal(err)
-				}
-				after := snapshot(t, ctx)
-				if len(after) != len(before) {
-					t.Errorf("%d variables before, %d after", len(before), len(after))
-				}
-				var kept []string
-				for name, b := range before {
-					if lossScaleState[name] {
-						continue
+					final := snapshot(t, ctx)
+					for _, name := range kept {
+						if bytes.Equal(final[name], after[name]) {
+							t.Errorf("variable %s did not change in the finite step after the skip", name)
+						}
 					}
-					kept = append(kept, name)
-					if !bytes.Equal(after[name], b) {
-						t.Errorf("variable %s changed in a skipped step", name)
-					}
-				}
-				for _, want := range []string{"/global_step", "/AdamOptimizer/global_step", "/optimizers/learning_rate",
-					"/optimizers/halving_schedule/global_step", "/AdamOptimizer/dense1/kernel_1st_moment",
-					"/AdamOptimizer/norm/scale_2nd_moment", "/dense2/bias"} {
-					if _, ok := before[want]; !ok {
-						t.Errorf("expected variable %s to exist; have %s", want, strings.Join(kept, " "))
-					}
-				}
-				scale := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.LossScaleVariable)
-				skipped := scalarOf(t, ctx, mixed.DefaultOptimizerScope, mixed.SkippedStepsVariable)
-				if scale != 1<<14 || skipped != 1 {
-					t.Errorf("after the skipped step: loss scale %g (want 16384), skipped_steps %g (want 1)", scale, skipped)
-				}
-
-				if tc.poison {
-					return // the NaN parameter stays: every later step is skipped too
-				}
-				if _, err := exec.Exec(x, labels, float32(1)); err != nil {
-					t.Fatal(err)
-				}
-				final := snapshot(t, ctx)
-				for _, name := range kept {
-					if bytes.Equal(final[name], after[name]) {
-						t.Errorf("variable %s did not change in the finite step after the skip", name)
-					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
