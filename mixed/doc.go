@@ -1,0 +1,33 @@
+// Package mixed trains models in mixed precision: parameters kept in float32, arithmetic in
+// bfloat16 (or float16 on XLA), reductions in float32 islands, and loss scaling whose non-finite
+// steps are skipped atomically. It is onegpu's counterpart of jmp (policies, casts, loss scales)
+// with optax's habit of wrapping an optimizer rather than reimplementing it.
+//
+// A precision Policy names three dtypes and is parsed from jmp's grammar:
+//
+//	policy, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32") // or "p=f32,c=bf16,o=f32"
+//	if err := policy.Validate(backend); err != nil { ... } // e.g. float16 on the embedded backend
+//
+// A model reads its float32 variables, casts them to the compute dtype where it uses them (their
+// gradients come back in float32), keeps sums, softmax, cross-entropy and LayerNorm statistics in
+// float32 with the island functions (Sum, Mean, Softmax, LogSoftmax, LogSumExp,
+// SoftmaxCrossEntropy*, LayerNormStats, Normalize), and casts its outputs to the output dtype:
+//
+//	w := ctx.VariableWithValue("w", init).ValueGraph(g)          // float32
+//	y := graph.Dot(policy.CastToCompute(x), policy.CastToCompute(w)) // bfloat16
+//	loss := mixed.SoftmaxCrossEntropyMean(logits, labels, mask, policy.Output)
+//
+// Training wraps any GoMLX optimizer that can apply gradients (Adam, SGD, RMSProp) with a loss
+// scale; the wrapper is itself an optimizers.Interface:
+//
+//	opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+//	opt.UpdateGraph(ctx, g, loss) // scale, differentiate, unscale in float32, check, apply or skip
+//
+// On a step whose gradients are not all finite, nothing the optimizer touches changes (parameters,
+// moments, global step, learning-rate schedule), the dynamic scale is lowered, and the skip is
+// counted (Optimizer.Metrics: "loss_scale", "skipped_steps"). The loss scale's state lives in
+// context variables, so checkpoints carry it.
+//
+// Gradients of broadcasts (bias and LayerNorm gain gradients) are summed in float32 by the gradient
+// rules that graph.NewBackend installs; this package relies on them.
+package mixed
