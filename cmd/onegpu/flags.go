@@ -286,6 +286,7 @@ func writeWarnings(w io.Writer, warnings []flags.Problem) {
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // keep "->" and "<" readable
 	return enc.Encode(v)
 }
 

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/tutorialmlp"
+)
+
+func init() {
+	register(command{
+		name:    "memory",
+		summary: "estimate a train step's peak memory, what is alive at the peak, and its FLOPs, without running it",
+		run:     func(args []string) error { return runMemory(args, os.Stdout) },
+	})
+}
+
+// memoryOptions are the choices of `onegpu memory`.
+type memoryOptions struct {
+	model          string
+	batch          int
+	backend        string
+	stockGradients bool
+	asJSON         bool
+}
+
+func runMemory(args []string, w io.Writer) error {
+	fs := newFlagSet("memory", "[--model mlp] [--batch N] [--stock-gradients] [--backend SPEC] [--json]")
+	var o memoryOptions
+	fs.StringVar(&o.model, "model", "mlp", "model whose train step to analyze: mlp (the tutorial's MLP classifier)")
+	fs.IntVar(&o.batch, "batch", tutorialmlp.Batch, "batch size")
+	fs.StringVar(&o.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
+	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (flags go before them; see onegpu memory -h)", fs.Args())
+	}
+	report, err := analyzeMemory(o)
+	if err != nil {
+		return err
+	}
+	if o.asJSON {
+		return writeJSON(w, report)
+	}
+	report.writeText(w)
+	return nil
+}
+
+// memoryReport is what `onegpu memory` prints.
+type memoryReport struct {
+	Backend         string           `json:"backend"`
+	Model           string           `json:"model"`
+	Batch           int              `json:"batch"`
+	Gradients       string           `json:"gradients"`
+	Params          int64            `json:"params"`
+	ArgumentBytes   int64            `json:"argument_bytes"`
+	PeakBytes       int64            `json:"peak_bytes"`
+	PeakTempBytes   int64            `json:"peak_temp_bytes"`
+	PeakAt          string           `json:"peak_at"`
+	FLOPs           int64            `json:"flops"`
+	MatmulFLOPs     int64            `json:"matmul_flops"`
+	Breakdown       map[string]int64 `json:"breakdown_at_peak"`
+	Largest         []tensorJSON     `json:"largest_at_peak"`
+	DTypeFindings   []string         `json:"dtype_findings"`
+	ExecutedNodes   int              `json:"executed_nodes"`
+	Timeline        []int64          `json:"-"`
+	breakdownByKind [5]int64
+}
+
+type tensorJSON struct {
+	Label string `json:"label"`
+	Shape string `json:"shape"`
+	Kind  string `json:"kind"`
+	Bytes int64  `json:"bytes"`
+}
+
+// analyzeMemory builds the chosen model's train step (forward, backward, Adam update) and analyzes it.
+func analyzeMemory(o memoryOptions) (*memoryReport, error) {
+	if o.model != "mlp" {
+		return nil, fmt.Errorf("unknown --model %q: the models are mlp", o.model)
+	}
+	if o.batch < 1 {
+		return nil, fmt.Errorf("--batch %d: the batch size must be at least 1", o.batch)
+	}
+	spec, err := ograph.ResolveBackend(o.backend)
+	if err != nil {
+		return nil, err
+	}
+	backend, err := ograph.NewBackendFromSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	inputs := []shapes.Shape{
+		shapes.Make(dtypes.Float32, o.batch, tutorialmlp.Inputs),
+		shapes.Make(dtypes.Int32, o.batch),
+	}
+	step := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		g := in[0].Graph()
+		if o.stockGradients {
+			ograph.UseStockGradients(g)
+		}
+		params := tutorialmlp.ContextParams(ctx, g, 1)
+		loss := tutorialmlp.Loss(tutorialmlp.LogProbs(params, in[0], dtypes.Float32, dtypes.Float32), in[1])
+		optimizers.Adam().Done().UpdateGraph(ctx, g, loss)
+		return []*graph.Node{loss}
+	}
+	p, err := ograph.ContextProgram(backend, context.New(), "mlp_train_step", inputs, step)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Graph.Finalize()
+	m := ograph.Analyze(p)
+	r := &memoryReport{
+		Backend: spec.String(), Model: "tutorial MLP classifier (128 -> 256, LayerNorm, SiLU -> 100), Adam",
+		Batch: o.batch, Gradients: "onegpu", ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
+		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
+		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline,
+	}
+	if o.stockGradients {
+		r.Gradients = "GoMLX v0.26.0 stock rules"
+	}
+	if m.PeakAt != nil {
+		r.PeakAt = fmt.Sprintf("%s #%d %s", m.PeakAt.Type(), m.PeakAt.Id(), m.PeakAt.Shape())
+	}
+	for _, n := range p.Graph.Nodes() {
+		if p.Trainable[n.Id()] {
+			r.Params += int64(n.Shape().Size())
+		}
+	}
+	for _, k := range ograph.Kinds() {
+		r.Breakdown[k.String()] = m.Breakdown[k]
+		r.breakdownByKind[k] = m.Breakdown[k]
+	}
+	for _, t := range m.AtPeak {
+		r.Largest = append(r.Largest, tensorJSON{Label: t.Label(), Shape: t.Node.Shape().String(), Kind: t.Kind.String(), Bytes: t.Bytes})
+	}
+	r.DTypeFindings = []string{}
+	for _, f := range ograph.Audit(p.Graph, p.Outputs) {
+		r.DTypeFindings = append(r.DTypeFindings, f.String())
+	}
+	return r, nil
+}
+
+func (r *memoryReport) writeText(w io.Writer) {
+	fmt.Fprintf(w, "%s train step, batch %d, %s gradients\n", r.Model, r.Batch, r.Gradients)
+	fmt.Fprintf(w, "backend %s (estimate of its sequential execution)\n\n", r.Backend)
+	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
+	fmt.Fprintf(w, "peak memory     %s = %s of inputs (weights, optimizer state, batch) + %s allocated by the step\n",
+		humanBytes(r.PeakBytes), humanBytes(r.ArgumentBytes), humanBytes(r.PeakTempBytes))
+	fmt.Fprintf(w, "peak reached at %s\n", r.PeakAt)
+	fmt.Fprintf(w, "FLOPs per step  %s (matmuls %.1f%%), %d ops executed\n", humanCount(r.FLOPs),
+		100*float64(r.MatmulFLOPs)/float64(max(r.FLOPs, 1)), r.ExecutedNodes)
+	fmt.Fprintf(w, "memory over the step (%s max): %s\n\n", humanBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+
+	fmt.Fprintln(w, "at the peak, by kind:")
+	for _, k := range ograph.Kinds() {
+		b := r.breakdownByKind[k]
+		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, humanBytes(b), 100*float64(b)/float64(max(r.PeakBytes, 1)),
+			strings.Repeat("█", int(40*b/max(r.PeakBytes, 1))))
+	}
+	fmt.Fprintln(w, "\nlargest buffers alive at the peak:")
+	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")
+	for _, t := range r.Largest {
+		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, humanBytes(t.Bytes))
+	}
+	if len(r.DTypeFindings) > 0 {
+		fmt.Fprintf(w, "\ndtype audit: %d findings\n", len(r.DTypeFindings))
+		for _, f := range r.DTypeFindings {
+			fmt.Fprintf(w, "  %s\n", f)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+func TestMemoryJSON(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var ours, stock map[string]any
+	for _, c := range []struct {
+		args []string
+		into *map[string]any
+	}{{[]string{"--json"}, &ours}, {[]string{"--json", "--stock-gradients"}, &stock}} {
+		var out bytes.Buffer
+		if err := runMemory(c.args, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out.Bytes(), c.into); err != nil {
+			t.Fatalf("%v: not JSON: %v\n%s", c.args, err, out.String())
+		}
+	}
+	for _, key := range []string{"backend", "params", "peak_bytes", "flops", "breakdown_at_peak"} {
+		if _, ok := ours[key]; !ok {
+			t.Errorf("JSON has no %q", key)
+		}
+	}
+	if got := ours["params"].(float64); got != 59236 { // 128*256+256 + 2*256 + 256*100+100
+		t.Errorf("params %v, want 59236", got)
+	}
+	breakdown := ours["breakdown_at_peak"].(map[string]any)
+	var sum float64
+	for _, kind := range []string{"parameters", "optimizer_state", "gradients", "activations", "other"} {
+		sum += breakdown[kind].(float64)
+	}
+	if sum != ours["peak_bytes"].(float64) {
+		t.Errorf("breakdown sums to %v, peak_bytes is %v", sum, ours["peak_bytes"])
+	}
+	if ours["backend"] != "go:ops_sequential" {
+		t.Errorf("backend %v, want the embedded default go:ops_sequential", ours["backend"])
+	}
+	if ratio := stock["peak_bytes"].(float64) / ours["peak_bytes"].(float64); ratio < 5 {
+		t.Errorf("GoMLX's gradient rules need %.1fx the peak memory of onegpu's; expected far more (> 5x)", ratio)
+	}
+}
+
+func TestMemoryText(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runMemory([]string{"--batch", "64"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"batch 64", "parameters      59,236", "peak memory", "at the peak, by kind:", "activations", "largest buffers alive"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestMemoryBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "resnet"}, `unknown --model "resnet"`},
+		{[]string{"--batch", "0"}, "at least 1"},
+		{[]string{"--backend", "xla:/missing/plugin.so"}, "not found"},
+		{[]string{"--backend", "tpu"}, `unknown backend "tpu"`},
+	} {
+		err := runMemory(c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestEnv(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "go:parallelism=8")
+	var out bytes.Buffer
+	if err := runEnv([]string{"--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r envReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Backend != "go:parallelism=8" || !strings.Contains(r.BackendWhy, "$GOMLX_BACKEND") || r.Environment[ograph.EnvBackend] != "go:parallelism=8" {
+		t.Errorf("env does not explain the backend chosen from $GOMLX_BACKEND: %+v", r)
+	}
+}
