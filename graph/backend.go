@@ -11,7 +11,6 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
-	"github.com/gomlx/gomlx/backends/xla"
 )
 
 // Environment variables that choose a backend, in order of precedence after an explicit spec.
@@ -183,8 +182,15 @@ func NewBackend(spec string) (backends.Backend, error) {
 	return NewBackendFromSpec(s)
 }
 
-// NewBackendFromSpec creates the backend of an already resolved spec.
+// NewBackendFromSpec creates the backend of an already resolved spec, with default XLA options
+// (the user's $XLA_FLAGS, validated against the plugin's build; default client options).
 func NewBackendFromSpec(s BackendSpec) (backends.Backend, error) {
+	return NewBackendWithOptions(s, XLAOptions{})
+}
+
+// NewBackendWithOptions creates the backend of an already resolved spec; o configures XLA
+// backends (flag presets, client options) and is ignored by the embedded one.
+func NewBackendWithOptions(s BackendSpec, o XLAOptions) (backends.Backend, error) {
 	InstallGradients()
 	switch s.Kind {
 	case "go":
@@ -197,7 +203,7 @@ func NewBackendFromSpec(s BackendSpec) (backends.Backend, error) {
 		}
 		return guardDTypes(b), nil
 	case "xla":
-		return newXLA(s)
+		return newXLA(s, o)
 	default:
 		return nil, fmt.Errorf("backend spec %+v has no kind; use ResolveBackend", s)
 	}
@@ -218,13 +224,4 @@ func withStdoutSilenced(fn func()) {
 	os.Stdout = devNull
 	defer func() { os.Stdout = saved }()
 	fn()
-}
-
-func newXLA(s BackendSpec) (backends.Backend, error) {
-	xla.EnableAutoInstall(false) // never reach the network from a library call
-	b, err := xla.NewWithOptions(s.Plugin, nil)
-	if err != nil {
-		return nil, fmt.Errorf("XLA backend with plugin %q: %w", s.Plugin, err)
-	}
-	return b, nil
 }

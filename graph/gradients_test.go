@@ -2,6 +2,8 @@ package graph_test
 
 import (
 	"fmt"
+
+	"github.com/gomlx/gomlx/backends"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -113,27 +115,29 @@ var gradCases = []gradCase{
 // TestGradientRules checks every replaced rule against central finite differences in float64 and,
 // where GoMLX has a working rule, against it.
 func TestGradientRules(t *testing.T) {
-	for _, tc := range gradCases {
-		t.Run(tc.name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			inputs := make([]*tensors.Tensor, len(tc.dims))
-			for i, d := range tc.dims {
-				inputs[i] = randomTensor(rng, d...)
-			}
-			ours, opFound := gradients(t, tc, inputs, false)
-			if !opFound {
-				t.Fatalf("the graph has no %s node: the case does not test its rule", tc.op)
-			}
-			checkFiniteDifferences(t, tc, inputs, ours)
-			if tc.stock {
-				stock, _ := gradients(t, tc, inputs, true)
-				for i := range ours {
-					if err := relL2(ours[i], stock[i]); err > 1e-12 {
-						t.Errorf("input %d: onegpu vs GoMLX's rule: relative L2 difference %.3g", i, err)
+	for name, backend := range backendsUnderTest(t) {
+		for _, tc := range gradCases {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				inputs := make([]*tensors.Tensor, len(tc.dims))
+				for i, d := range tc.dims {
+					inputs[i] = randomTensor(rng, d...)
+				}
+				ours, opFound := gradients(t, backend, tc, inputs, false)
+				if !opFound {
+					t.Fatalf("the graph has no %s node: the case does not test its rule", tc.op)
+				}
+				checkFiniteDifferences(t, backend, tc, inputs, ours)
+				if tc.stock {
+					stock, _ := gradients(t, backend, tc, inputs, true)
+					for i := range ours {
+						if err := relL2(ours[i], stock[i]); err > 1e-12 {
+							t.Errorf("input %d: onegpu vs GoMLX's rule: relative L2 difference %.3g", i, err)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 	if fb := ograph.GradientFallbacks(); len(fb) > 0 {
 		t.Errorf("some gradients fell back to GoMLX's rules: %q", fb)
@@ -141,9 +145,9 @@ func TestGradientRules(t *testing.T) {
 }
 
 // gradients returns d(weightedSum(fn))/d(input) for each input, and whether tc.op is in the graph.
-func gradients(t *testing.T, tc gradCase, inputs []*tensors.Tensor, stock bool) ([][]float64, bool) {
+func gradients(t *testing.T, backend backends.Backend, tc gradCase, inputs []*tensors.Tensor, stock bool) ([][]float64, bool) {
 	found := false
-	outs := run(t, func(xs []*graph.Node) []*graph.Node {
+	outs := runOn(t, backend, func(xs []*graph.Node) []*graph.Node {
 		if stock {
 			ograph.UseStockGradients(xs[0].Graph())
 		}
@@ -158,10 +162,10 @@ func gradients(t *testing.T, tc gradCase, inputs []*tensors.Tensor, stock bool) 
 
 // checkFiniteDifferences compares directional derivatives <grad, d> with central differences
 // (f(x+hd) - f(x-hd)) / 2h along random directions and along single coordinates.
-func checkFiniteDifferences(t *testing.T, tc gradCase, inputs []*tensors.Tensor, grads [][]float64) {
+func checkFiniteDifferences(t *testing.T, backend backends.Backend, tc gradCase, inputs []*tensors.Tensor, grads [][]float64) {
 	const h = 1e-5
 	rng := rand.New(rand.NewPCG(3, 4))
-	exec, err := graph.NewExec(embedded(), func(xs []*graph.Node) *graph.Node { return weightedSum(tc.fn(xs)) })
+	exec, err := graph.NewExec(backend, func(xs []*graph.Node) *graph.Node { return weightedSum(tc.fn(xs)) })
 	if err != nil {
 		t.Fatal(err)
 	}

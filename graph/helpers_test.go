@@ -3,6 +3,7 @@ package graph_test
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -24,10 +25,50 @@ var embedded = sync.OnceValue(func() backends.Backend {
 	return b
 })
 
+// xlaBackend is XLA with the PJRT plugin named by $ONEGPU_PJRT_PLUGIN, or nil when none is
+// configured (CI installs one; see .ci/run).
+var xlaBackend = sync.OnceValue(func() backends.Backend {
+	path := os.Getenv(ograph.EnvPlugin)
+	if path == "" {
+		return nil
+	}
+	b, err := ograph.NewBackend("xla:" + path)
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+// backendsUnderTest returns the embedded backend and, when a plugin is configured, XLA's.
+func backendsUnderTest(t testing.TB) map[string]backends.Backend {
+	bs := map[string]backends.Backend{"go": embedded()}
+	if b := xlaBackend(); b != nil {
+		bs["xla"] = b
+	} else {
+		t.Logf("no PJRT plugin configured ($%s): XLA is not tested", ograph.EnvPlugin)
+	}
+	return bs
+}
+
+// requireXLA returns the XLA backend or skips the test.
+func requireXLA(t testing.TB) backends.Backend {
+	b := xlaBackend()
+	if b == nil {
+		t.Skipf("needs an XLA PJRT plugin: set $%s=/abs/path/pjrt_c_api_cpu_plugin.so (pip install lammps-jax-pjrt-cpu)", ograph.EnvPlugin)
+	}
+	return b
+}
+
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
 	t.Helper()
-	exec, err := graph.NewExec(embedded(), fn)
+	return runOn(t, embedded(), fn, inputs...)
+}
+
+// runOn is run on the given backend.
+func runOn(t testing.TB, backend backends.Backend, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
+	t.Helper()
+	exec, err := graph.NewExec(backend, fn)
 	if err != nil {
 		t.Fatal(err)
 	}

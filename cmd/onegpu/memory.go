@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
+	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
@@ -31,16 +32,20 @@ type memoryOptions struct {
 	backend        string
 	stockGradients bool
 	asJSON         bool
+	xlaPresets     presetFlags
+	dumpHLO        string
 }
 
 func runMemory(args []string, w io.Writer) error {
-	fs := newFlagSet("memory", "[--model mlp] [--batch N] [--stock-gradients] [--backend SPEC] [--json]")
+	fs := newFlagSet("memory", "[--model mlp] [--batch N] [--stock-gradients] [--backend SPEC] [--xla-preset P]... [--dump-hlo DIR] [--json]")
 	var o memoryOptions
 	fs.StringVar(&o.model, "model", "mlp", "model whose train step to analyze: mlp (the tutorial's MLP classifier)")
 	fs.IntVar(&o.batch, "batch", tutorialmlp.Batch, "batch size")
 	fs.StringVar(&o.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	fs.Var(&o.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend (repeatable; see onegpu flags -h):\n"+flags.PresetUsage())
+	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +80,7 @@ type memoryReport struct {
 	Largest         []tensorJSON     `json:"largest_at_peak"`
 	DTypeFindings   []string         `json:"dtype_findings"`
 	ExecutedNodes   int              `json:"executed_nodes"`
+	XLA             *compiledJSON    `json:"xla_compiled,omitempty"`
 	Timeline        []int64          `json:"-"`
 	breakdownByKind [5]int64
 }
@@ -98,7 +104,14 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend, err := ograph.NewBackendFromSpec(spec)
+	presets := []flags.Preset(o.xlaPresets)
+	if o.dumpHLO != "" {
+		if spec.Kind != "xla" {
+			return nil, fmt.Errorf("--dump-hlo needs an XLA backend (--backend xla:/abs/path/plugin.so); the embedded backend has no HLO")
+		}
+		presets = append(presets, flags.Dump(o.dumpHLO, stepName, ""))
+	}
+	backend, err := ograph.NewBackendWithOptions(spec, ograph.XLAOptions{Presets: presets})
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +130,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		optimizers.Adam().Done().UpdateGraph(ctx, g, loss)
 		return []*graph.Node{loss}
 	}
-	p, err := ograph.ContextProgram(backend, context.New(), "mlp_train_step", inputs, step)
+	p, err := ograph.ContextProgram(backend, context.New(), stepName, inputs, step)
 	if err != nil {
 		return nil, err
 	}
@@ -151,19 +164,52 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	for _, f := range ograph.Audit(p.Graph, p.Outputs) {
 		r.DTypeFindings = append(r.DTypeFindings, f.String())
 	}
+	if spec.Kind == "xla" {
+		compiled, err := ograph.CompileProgram(p)
+		if err != nil {
+			return nil, err
+		}
+		r.XLA = &compiledJSON{ArgumentBytes: compiled.ArgumentBytes, OutputBytes: compiled.OutputBytes,
+			AliasBytes: compiled.AliasBytes, TemporaryBytes: compiled.TemporaryBytes, CodeBytes: compiled.CodeBytes,
+			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO}
+	}
 	return r, nil
+}
+
+// stepName names the analyzed train step's graph (and XLA's HLO module).
+const stepName = "train_step"
+
+// compiledJSON is XLA's memory account of the compiled step.
+type compiledJSON struct {
+	ArgumentBytes  int64  `json:"argument_bytes"`
+	OutputBytes    int64  `json:"output_bytes"`
+	AliasBytes     int64  `json:"alias_bytes"`
+	TemporaryBytes int64  `json:"temporary_bytes"`
+	CodeBytes      int64  `json:"code_bytes"`
+	TotalBytes     int64  `json:"total_bytes"`
+	HLODir         string `json:"hlo_dir,omitempty"`
 }
 
 func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "%s train step, batch %d, %s gradients\n", r.Model, r.Batch, r.Gradients)
-	fmt.Fprintf(w, "backend %s (estimate of its sequential execution)\n\n", r.Backend)
+	fmt.Fprintf(w, "backend %s\n", r.Backend)
+	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
 	fmt.Fprintf(w, "peak memory     %s = %s of inputs (weights, optimizer state, batch) + %s allocated by the step\n",
 		humanBytes(r.PeakBytes), humanBytes(r.ArgumentBytes), humanBytes(r.PeakTempBytes))
 	fmt.Fprintf(w, "peak reached at %s\n", r.PeakAt)
 	fmt.Fprintf(w, "FLOPs per step  %s (matmuls %.1f%%), %d ops executed\n", humanCount(r.FLOPs),
 		100*float64(r.MatmulFLOPs)/float64(max(r.FLOPs, 1)), r.ExecutedNodes)
-	fmt.Fprintf(w, "memory over the step (%s max): %s\n\n", humanBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+	fmt.Fprintf(w, "memory over the step (%s max): %s\n", humanBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+	if x := r.XLA; x != nil {
+		fmt.Fprintf(w, "XLA compiled    %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
+			humanBytes(x.TotalBytes), humanBytes(x.ArgumentBytes), humanBytes(x.OutputBytes), humanBytes(x.AliasBytes),
+			humanBytes(x.TemporaryBytes), humanBytes(x.CodeBytes))
+		if x.HLODir != "" {
+			fmt.Fprintf(w, "HLO written to  %s (*%s*after_optimizations.txt is what runs)\n", x.HLODir, stepName)
+		}
+	}
+	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "at the peak, by kind:")
 	for _, k := range ograph.Kinds() {

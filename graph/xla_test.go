@@ -1,0 +1,55 @@
+package graph_test
+
+import (
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// TestCompiledMemory compiles the tutorial MLP's train step with XLA and checks XLA's memory
+// statistics against the program: XLA's arguments are exactly the parameters (weights, Adam
+// state, batch) and its outputs exactly the loss and the updated variables (in a tuple).
+func TestCompiledMemory(t *testing.T) {
+	backend := requireXLA(t)
+	step := measuredSteps()[0]
+	p, err := ograph.ContextProgram(backend, context.New(), "mlp_step", step.shapes(), step.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	estimate := ograph.Analyze(p)
+	compiled, err := ograph.CompileProgram(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// XLA returns several outputs as a tuple: their buffers plus a table of 8-byte pointers.
+	outputs := int64(8 * len(p.Outputs))
+	for _, o := range p.Outputs {
+		outputs += int64(o.Shape().Memory())
+	}
+	t.Logf("XLA: %+v (total %.2f MiB); embedded estimate: peak %.2f MiB", compiled, mib(compiled.TotalBytes()), mib(estimate.PeakBytes))
+	if compiled.ArgumentBytes != estimate.ArgumentBytes {
+		t.Errorf("XLA counts %d argument bytes, the program's parameters hold %d", compiled.ArgumentBytes, estimate.ArgumentBytes)
+	}
+	if compiled.OutputBytes != outputs {
+		t.Errorf("XLA counts %d output bytes, the program's outputs hold %d", compiled.OutputBytes, outputs)
+	}
+	if compiled.TemporaryBytes <= 0 {
+		t.Errorf("XLA reports no temporary bytes for a train step")
+	}
+}
+
+// TestCompiledMemoryNeedsXLA: asking the embedded backend for XLA's statistics is an error that says so.
+func TestCompiledMemoryNeedsXLA(t *testing.T) {
+	step := measuredSteps()[0]
+	p, err := ograph.ContextProgram(embedded(), context.New(), "mlp_step", step.shapes(), step.fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ograph.CompileProgram(p); err == nil {
+		t.Error("the embedded backend returned XLA statistics")
+	} else {
+		t.Log(err)
+	}
+}
