@@ -28,6 +28,11 @@
 // counted (Optimizer.Metrics: "loss_scale", "skipped_steps"). The loss scale's state lives in
 // context variables, so checkpoints carry it.
 //
+// The islands that would otherwise keep float32 copies of activations for the backward pass
+// (Softmax, LogSoftmax, LogSumExp, the cross-entropies, Normalize) have closed-form gradients
+// computed in float32 from what is kept anyway, so 16-bit compute halves the activations even on
+// a backend that does not fuse (GoMLX's embedded one).
+//
 // Gradients of broadcasts (bias and LayerNorm gain gradients) are summed in float32 by the gradient
 // rules that graph.NewBackend installs; this package relies on them.
 package mixed

@@ -51,7 +51,13 @@ func backendsUnderTest() []backends.Backend {
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
 	t.Helper()
-	exec, err := graph.NewExec(embedded(), fn)
+	return runOn(t, embedded(), fn, inputs...)
+}
+
+// runOn is run on a given backend.
+func runOn(t testing.TB, backend backends.Backend, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
+	t.Helper()
+	exec, err := graph.NewExec(backend, fn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,26 +64,38 @@ func Mean(x *graph.Node, out dtypes.DType, axes ...int) *graph.Node {
 }
 
 // Softmax is graph.Softmax over axes (default: the last axis) computed in float32, returned in
-// out.
+// out. Its gradient is computed in float32 from the output alone: no float32 intermediate is kept
+// for the backward pass.
 func Softmax(logits *graph.Node, out dtypes.DType, axes ...int) *graph.Node {
-	return narrow(graph.Softmax(widen(logits, "Softmax"), lastAxis(axes)...), logits, out)
+	axes = normalizedAxes(lastAxis(axes), logits.Rank())
+	y := narrow(graph.Softmax(widen(logits, "Softmax"), axes...), logits, out)
+	return withGradient(logits, y, func(y, v *graph.Node) *graph.Node { return softmaxGrad(y, v, axes) })
 }
 
 // LogSoftmax is graph.LogSoftmax over axes (default: the last axis) computed in float32, returned
-// in out.
+// in out. Its gradient is computed in float32 from the output alone.
 func LogSoftmax(logits *graph.Node, out dtypes.DType, axes ...int) *graph.Node {
-	return narrow(graph.LogSoftmax(widen(logits, "LogSoftmax"), lastAxis(axes)...), logits, out)
+	axes = normalizedAxes(lastAxis(axes), logits.Rank())
+	y := narrow(graph.LogSoftmax(widen(logits, "LogSoftmax"), axes...), logits, out)
+	return withGradient(logits, y, func(y, v *graph.Node) *graph.Node { return logSoftmaxGrad(y, v, axes) })
 }
 
 // LogSumExp returns log(sum(exp(x))) over axes (default: the last axis), which are removed from
 // the shape. It subtracts the maximum first, so it neither overflows nor underflows, and computes
-// in float32; the result is returned in out.
+// in float32; the result is returned in out. Its gradient, softmax(x)·v, is computed in float32
+// from x in its own dtype.
 func LogSumExp(x *graph.Node, out dtypes.DType, axes ...int) *graph.Node {
-	return narrow(logSumExp(widen(x, "LogSumExp"), lastAxis(axes)...), x, out)
+	axes = normalizedAxes(lastAxis(axes), x.Rank())
+	lse := logSumExp(widen(x, "LogSumExp"), axes)
+	return withGradient(x, narrow(lse, x, out), func(_, v *graph.Node) *graph.Node {
+		p := graph.Exp(graph.Sub(toWide(x, x), expandAxes(lse, axes)))
+		return graph.Mul(expandAxes(toWide(v, x), axes), p)
+	})
 }
 
-func logSumExp(x *graph.Node, axes ...int) *graph.Node {
-	shift := graph.StopGradient(graph.ReduceAndKeep(x, graph.ReduceMax, axes...))
+// logSumExp reduces the (normalized) axes of a widened x.
+func logSumExp(x *graph.Node, axes []int) *graph.Node {
+	shift := graph.ReduceAndKeep(x, graph.ReduceMax, axes...)
 	sum := graph.ReduceAndKeep(graph.Exp(graph.Sub(x, shift)), graph.ReduceSum, axes...)
 	return graph.Squeeze(graph.Add(graph.Log(sum), shift), axes...)
 }
@@ -93,7 +105,7 @@ func logSumExp(x *graph.Node, axes ...int) *graph.Node {
 // [0, classes) with logits' shape minus the last axis (a trailing axis of size 1 is also
 // accepted). The result has the labels' shape (without the trailing 1).
 func SoftmaxCrossEntropy(logits, labels *graph.Node, out dtypes.DType) *graph.Node {
-	return narrow(crossEntropy(widen(logits, "SoftmaxCrossEntropy"), labels), logits, out)
+	return narrow(crossEntropy(logits, labels), logits, out)
 }
 
 // SoftmaxCrossEntropySum returns the weighted sum of the per-example cross-entropies and the sum
@@ -105,10 +117,10 @@ func SoftmaxCrossEntropy(logits, labels *graph.Node, out dtypes.DType) *graph.No
 // even when their loss is not finite (e.g. padding whose logits are -inf).
 func SoftmaxCrossEntropySum(logits, labels, weights *graph.Node) (sum, count *graph.Node) {
 	if weights == nil {
-		losses := crossEntropy(widen(logits, "SoftmaxCrossEntropySum"), labels)
+		losses := crossEntropy(logits, labels)
 		return graph.ReduceAllSum(losses), graph.Scalar(losses.Graph(), losses.DType(), float64(losses.Shape().Size()))
 	}
-	x := widen(logits, "SoftmaxCrossEntropySum")
+	x := logits
 	if weights.Rank() == x.Rank() && weights.Shape().Dim(-1) == 1 {
 		weights = graph.Squeeze(weights, -1)
 	}
@@ -119,10 +131,10 @@ func SoftmaxCrossEntropySum(logits, labels, weights *graph.Node) (sum, count *gr
 	if weights.DType() != dtypes.Bool && !weights.DType().IsFloat() {
 		panicf("mixed.SoftmaxCrossEntropySum: weights dtype %s is neither bool nor floating-point", weights.DType())
 	}
-	w := graph.ConvertDType(weights, x.DType())
+	w := graph.ConvertDType(weights, wide(x))
 	// Examples of weight 0 get logits 0 before the loss, so that their (possibly -Inf) logits
 	// reach neither the sums nor, as 0·NaN, the gradient.
-	kept := graph.NotEqual(w, graph.ScalarZero(x.Graph(), x.DType()))
+	kept := graph.NotEqual(w, graph.ScalarZero(x.Graph(), w.DType()))
 	x = graph.Where(kept, x, graph.ZerosLike(x))
 	losses := crossEntropy(x, labels)
 	return graph.ReduceAllSum(graph.Mul(w, losses)), graph.ReduceAllSum(w)
@@ -137,9 +149,12 @@ func SoftmaxCrossEntropyMean(logits, labels, weights *graph.Node, out dtypes.DTy
 	return narrow(graph.Div(sum, safe), logits, out)
 }
 
-// crossEntropy returns the per-example cross-entropy of widened logits x. Classes whose logit is
-// -Inf (masked out) have probability 0 and a zero gradient, unless they are the label.
-func crossEntropy(x, labels *graph.Node) *graph.Node {
+// crossEntropy returns the per-example cross-entropy of logits in float32 (float64 for float64
+// logits). Classes whose logit is -Inf (masked out) have probability 0 and a zero gradient, unless
+// they are the label. Its gradient, (softmax(x) - onehot)·v, is computed in float32 from the logits
+// in their own dtype.
+func crossEntropy(logits, labels *graph.Node) *graph.Node {
+	x := widen(logits, "SoftmaxCrossEntropy")
 	if !labels.DType().IsInt() {
 		panicf("mixed.SoftmaxCrossEntropy: labels dtype %s is not an integer dtype", labels.DType())
 	}
@@ -150,13 +165,20 @@ func crossEntropy(x, labels *graph.Node) *graph.Node {
 		panicf("mixed.SoftmaxCrossEntropy: labels shape %s does not match logits shape %s minus its last (class) axis",
 			labels.Shape(), x.Shape())
 	}
-	classes := x.Shape().Dim(-1)
-	shift := graph.StopGradient(graph.ReduceAndKeep(x, graph.ReduceMax, -1))
-	shifted := graph.Sub(x, shift)
-	lse := graph.Log(graph.ReduceSum(graph.Exp(shifted), -1))
-	isLabel := graph.NotEqual(graph.OneHot(labels, classes, x.DType()), graph.ScalarZero(x.Graph(), x.DType()))
-	picked := graph.ReduceSum(graph.Where(isLabel, shifted, graph.ZerosLike(shifted)), -1) // not shifted·onehot: -Inf·0 is NaN
-	return graph.Sub(lse, picked)
+	last := []int{x.Rank() - 1}
+	isLabel := func() *graph.Node {
+		oneHot := graph.OneHot(labels, x.Shape().Dim(-1), x.DType())
+		return graph.NotEqual(oneHot, graph.ScalarZero(x.Graph(), x.DType()))
+	}
+	lse := logSumExp(x, last)
+	picked := graph.ReduceSum(graph.Where(isLabel(), x, graph.ZerosLike(x)), -1) // not x·onehot: -Inf·0 is NaN
+	losses := graph.Sub(lse, picked)
+	return withGradient(logits, losses, func(_, v *graph.Node) *graph.Node {
+		wideX := toWide(logits, logits)
+		p := graph.Exp(graph.Sub(wideX, expandAxes(lse, last)))
+		p = graph.Sub(p, graph.ConvertDType(isLabel(), p.DType()))
+		return graph.Mul(expandAxes(toWide(v, logits), last), p)
+	})
 }
 
 // LayerNormStats returns the mean and the (biased) variance of x over axes (default: the last
@@ -175,8 +197,13 @@ func LayerNormStats(x *graph.Node, axes ...int) (mean, variance *graph.Node) {
 // Normalize returns (x - mean) / sqrt(variance + epsilon) over axes (default: the last axis), with
 // the statistics of LayerNormStats and the arithmetic in float32, converted back to x's dtype.
 // It is LayerNorm without gain and offset, which callers apply in the compute dtype.
+//
+// Its gradient is computed in float32 from the output and the per-row 1/sqrt(variance + epsilon):
+// neither x nor any float32 copy of it is kept for the backward pass.
 func Normalize(x *graph.Node, epsilon float64, axes ...int) *graph.Node {
+	axes = normalizedAxes(lastAxis(axes), x.Rank())
 	mean, variance := LayerNormStats(x, axes...)
-	centered := graph.Sub(graph.ConvertDType(x, mean.DType()), mean)
-	return graph.ConvertDType(graph.Mul(centered, graph.Rsqrt(graph.AddScalar(variance, epsilon))), x.DType())
+	r := graph.Rsqrt(graph.AddScalar(variance, epsilon))
+	y := graph.ConvertDType(graph.Mul(graph.Sub(graph.ConvertDType(x, mean.DType()), mean), r), x.DType())
+	return withGradient(x, y, func(y, v *graph.Node) *graph.Node { return normalizeGrad(y, r, v, axes) })
 }
