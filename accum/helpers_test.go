@@ -1,0 +1,185 @@
+package accum_test
+
+import (
+	"math"
+	"os"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/tutorialmlp"
+)
+
+// embedded is the embedded backend in onegpu's default (sequential) mode, shared by the tests.
+var embedded = sync.OnceValue(func() backends.Backend {
+	b, err := ograph.NewBackend("go")
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil without one.
+var xlaBackend = sync.OnceValue(func() backends.Backend {
+	plugin := os.Getenv(ograph.EnvPlugin)
+	if plugin == "" {
+		return nil
+	}
+	b, err := ograph.NewBackend("xla:" + plugin)
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+// backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
+func backendsUnderTest() []backends.Backend {
+	if b := xlaBackend(); b != nil {
+		return []backends.Backend{embedded(), b}
+	}
+	return []backends.Backend{embedded()}
+}
+
+// perExampleLoss is the tutorial MLP's cross-entropy per example, in compute dtype (float32
+// log-probabilities), with the MLP's variables created in ctx.
+func perExampleLoss(ctx *context.Context, x, labels *graph.Node, compute dtypes.DType) *graph.Node {
+	p := tutorialmlp.ContextParams(ctx, x.Graph(), 1)
+	logp := tutorialmlp.LogProbs(p, graph.ConvertDType(x, compute), compute, compute)
+	oneHot := graph.OneHot(labels, tutorialmlp.Classes, logp.DType())
+	return graph.Neg(graph.ReduceSum(graph.Mul(logp, oneHot), -1))
+}
+
+// accuracy is the fraction of examples whose arg-max is the label, as per-example 0/1 values.
+func accuracy(ctx *context.Context, x, labels *graph.Node) *graph.Node {
+	p := tutorialmlp.ContextParams(ctx, x.Graph(), 1)
+	logp := tutorialmlp.LogProbs(p, x, dtypes.Float32, dtypes.Float32)
+	predicted := graph.ConvertDType(graph.ArgMax(logp, -1), labels.DType())
+	return graph.ConvertDType(graph.Equal(predicted, labels), dtypes.Float32)
+}
+
+// maskedMLPLoss is the tutorial MLP's masked mean cross-entropy, with the masked accuracy as a
+// metric; inputs are x, labels and a float32 mask.
+func maskedMLPLoss(compute dtypes.DType) accum.LossFn {
+	return func(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+		x, labels, mask := batch[0], batch[1], batch[2]
+		loss := accum.MaskedMean(perExampleLoss(ctx, x, labels, compute), mask)
+		return loss, []accum.Mean{accum.MaskedMean(accuracy(ctx, x, labels), mask)}
+	}
+}
+
+// execStep compiles step for ctx on backend.
+func execStep(t testing.TB, backend backends.Backend, ctx *context.Context, step accum.StepFn) *context.Exec {
+	t.Helper()
+	exec, err := context.NewExec(backend, ctx, step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Finalize)
+	return exec
+}
+
+// call executes exec on inputs and returns its outputs as float64 slices.
+func call(t testing.TB, exec *context.Exec, inputs ...*tensors.Tensor) [][]float64 {
+	t.Helper()
+	args := make([]any, len(inputs))
+	for i, in := range inputs {
+		args[i] = in
+	}
+	outs, err := exec.Exec(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := make([][]float64, len(outs))
+	for i, out := range outs {
+		values[i] = flatFloat64(out)
+	}
+	return values
+}
+
+// flatFloat64 returns a tensor's values as float64.
+func flatFloat64(t *tensors.Tensor) []float64 {
+	var out []float64
+	t.ConstFlatData(func(flat any) {
+		rv := reflect.ValueOf(flat)
+		for i := range rv.Len() {
+			switch v := rv.Index(i).Interface().(type) {
+			case float64:
+				out = append(out, v)
+			case float32:
+				out = append(out, float64(v))
+			case int64:
+				out = append(out, float64(v))
+			case int32:
+				out = append(out, float64(v))
+			case bool:
+				out = append(out, map[bool]float64{false: 0, true: 1}[v])
+			case interface{ Float32() float32 }: // bfloat16, float16
+				out = append(out, float64(v.Float32()))
+			}
+		}
+	})
+	return out
+}
+
+// variables returns the values of ctx's variables as float64 slices, by scope and name.
+func variables(t testing.TB, ctx *context.Context) map[string][]float64 {
+	t.Helper()
+	out := map[string][]float64{}
+	for v := range ctx.IterVariables() {
+		value, err := v.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[v.ScopeAndName()] = flatFloat64(value)
+	}
+	return out
+}
+
+// modelVariables lists the tutorial MLP's variables by scope and name.
+func modelVariables() []string {
+	names := make([]string, len(tutorialmlp.ParamNames))
+	for i, n := range tutorialmlp.ParamNames {
+		names[i] = "/" + n
+	}
+	sort.Strings(names)
+	return names
+}
+
+// relL2 returns ||got - want|| / ||want||.
+func relL2(got, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		d := got[i] - want[i]
+		num += d * d
+		den += want[i] * want[i]
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// maskWithUnequalCounts returns a float32 mask of batch rows in which the i-th block of batch/8
+// rows keeps about (i+1)/8 of its rows: every split into 2, 4 or 8 micro-batches has micro-batches
+// with different numbers of rows that count.
+func maskWithUnequalCounts(batch int) *tensors.Tensor {
+	block := batch / 8
+	m := make([]float32, batch)
+	for r := range m {
+		if r%block < (r/block+1)*block/8 {
+			m[r] = 1
+		}
+	}
+	return tensors.FromFlatDataAndDimensions(m, batch)
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
