@@ -105,7 +105,8 @@ func isUpcastMeetingParameter(n *graph.Node) bool {
 	}
 	param, upcast := false, false
 	for _, in := range n.Inputs() {
-		param = param || (in.Type() == graph.NodeTypeParameter && in.DType() == dtypes.Float32)
+		// Scalars (a loss scale, a learning rate) are meant to be float32: no finding.
+		param = param || (in.Type() == graph.NodeTypeParameter && in.DType() == dtypes.Float32 && !in.IsScalar())
 		upcast = upcast || isUpcast(in)
 	}
 	return param && upcast

@@ -312,7 +312,9 @@ func classify(p *Program, needed []bool) []Kind {
 			case p.Trainable[id]:
 				kinds[id] = Parameters
 			case p.State[id]:
-				kinds[id], dependsOnState[id] = OptimizerState, true
+				// Only tensor state (optimizer moments) marks what it feeds as optimizer work:
+				// every gradient depends on a loss scale, a step counter or a learning rate.
+				kinds[id], dependsOnState[id] = OptimizerState, !n.IsScalar()
 			default:
 				kinds[id], dependsOnData[id] = Activations, true
 			}
