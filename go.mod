@@ -7,6 +7,7 @@ require (
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/gomlx/go-xla v0.1.4 // indirect
 	github.com/gomlx/gomlx v0.26.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/janpfeifer/must v0.2.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/x448/float16 v0.8.4 // indirect

@@ -1,0 +1,60 @@
+package models
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/remat"
+)
+
+// CausalSelfAttention is the tutorial's attention block without its residual: one QKV projection
+// (a DenseGeneral to [heads, 3·headDim], split into query, key and value), scaled dot-product
+// attention with a causal mask, and an output projection back to x's width.
+//
+// As in the tutorial's dot_product_attention, the query (scaled by 1/sqrt(headDim)) and the key are
+// cast to softmaxDType before the scores are computed, the mask and softmax run in it, and the
+// weights are cast back to the compute dtype for the weighted sum of values. float32 keeps the
+// softmax stable under bfloat16 compute.
+func CausalSelfAttention(ctx *context.Context, p mixed.Policy, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType) *graph.Node {
+	if x.Rank() != 3 {
+		panic(fmt.Sprintf("models.CausalSelfAttention: x must be [batch, sequence, width], got %s", x.Shape()))
+	}
+	g := x.Graph()
+	width, seq := x.Shape().Dim(-1), x.Shape().Dim(1)
+	qkv := DenseGeneral(ctx.In("qkv"), p, x, 1, heads, 3*headDim) // [b, t, h, 3d]
+	q := graph.SliceAxis(qkv, -1, graph.AxisRange(0, headDim))
+	k := graph.SliceAxis(qkv, -1, graph.AxisRange(headDim, 2*headDim))
+	v := graph.SliceAxis(qkv, -1, graph.AxisRange(2*headDim, 3*headDim))
+
+	q = mixed.Cast(graph.MulScalar(q, 1/math.Sqrt(float64(headDim))), softmaxDType)
+	k = mixed.Cast(k, softmaxDType)
+	scores := remat.NameBatchedDot(graph.Einsum("bqhd,bkhd->bhqk", q, k), "attn_scores") // [b, h, q, k]
+	causal := graph.GreaterOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, seq, seq), 0), graph.Iota(g, shapes.Make(dtypes.Int32, seq, seq), 1))
+	lowest := graph.Scalar(g, softmaxDType, lowestFinite(softmaxDType))
+	scores = graph.Where(graph.BroadcastPrefix(causal, scores.Shape().Dim(0), heads), scores, lowest)
+	weights := p.CastToCompute(graph.Softmax(scores, -1))
+	note(ctx, "attention weights", weights)
+	values := remat.NameBatchedDot(graph.Einsum("bhqk,bkhd->bqhd", weights, v), "attn_values") // [b, q, h, d]
+	return DenseGeneral(ctx.In("output_layer"), p, values, 2, width)
+}
+
+// lowestFinite is the most negative finite value of a float dtype: the masked scores' value, as
+// jnp.finfo(dtype).min is in the tutorial.
+func lowestFinite(dtype dtypes.DType) float64 {
+	switch dtype {
+	case dtypes.Float64:
+		return -math.MaxFloat64
+	case dtypes.BFloat16:
+		return -3.3895313892515355e38
+	case dtypes.Float16:
+		return -65504
+	default:
+		return -math.MaxFloat32
+	}
+}

@@ -1,0 +1,51 @@
+package models
+
+import (
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/mixed"
+)
+
+// ClassifierConfig is the tutorial's MLP classifier (Part 1.1).
+type ClassifierConfig struct {
+	Inputs, Hidden, Classes int
+	Dropout                 float64
+	Batch                   int
+}
+
+// TutorialClassifier is the tutorial's MLP classifier: 128 inputs, 256 hidden, 100 classes,
+// dropout 0.1, batch 512.
+var TutorialClassifier = ClassifierConfig{Inputs: 128, Hidden: 256, Classes: 100, Dropout: 0.1, Batch: 512}
+
+// Classifier is the tutorial's MLP: Dense(Hidden) -> LayerNorm -> SiLU -> Dropout ->
+// Dense(Classes) -> log-softmax in float32, under a precision policy.
+type Classifier struct {
+	Config ClassifierConfig
+	Policy mixed.Policy
+}
+
+// LogProbs maps x [batch, Inputs] to float32 log-probabilities [batch, Classes] (the policy's
+// output dtype when that is wider). Variables are created in ctx as Flax names them
+// ("Dense_0", "LayerNorm_0", "Dense_1").
+func (m Classifier) LogProbs(ctx *context.Context, x *graph.Node) *graph.Node {
+	p := m.Policy
+	h := Dense(ctx.In("Dense_0"), p, x, m.Config.Hidden)
+	h = SiLU(LayerNorm(ctx.In("LayerNorm_0"), p, h))
+	h = Dropout(ctx, h, m.Config.Dropout)
+	logits := Dense(ctx.In("Dense_1"), p, h, m.Config.Classes)
+	out := p.Output
+	if out != dtypes.Float64 {
+		out = dtypes.Float32
+	}
+	return mixed.LogSoftmax(logits, out, -1)
+}
+
+// Loss returns the summed cross-entropy of the integer labels [batch] and the number of examples,
+// as float32 scalars (see mixed.SoftmaxCrossEntropySum).
+func (m Classifier) Loss(ctx *context.Context, x, labels *graph.Node) (sum, count *graph.Node) {
+	logProbs := m.LogProbs(ctx, x)
+	picked := graph.ReduceSum(graph.Mul(logProbs, graph.OneHot(labels, m.Config.Classes, logProbs.DType())), -1)
+	return graph.Neg(graph.ReduceAllSum(picked)), graph.Scalar(x.Graph(), logProbs.DType(), float64(labels.Shape().Size()))
+}

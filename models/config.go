@@ -1,0 +1,87 @@
+package models
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// GPTConfig is the shape of the tutorial's GPT and of its training batch.
+type GPTConfig struct {
+	Hidden      int     // width of the residual stream
+	Layers      int     // transformer blocks
+	HeadDim     int     // width of one attention head; heads = Hidden / HeadDim
+	MLPFactor   int     // the MLP's hidden width is MLPFactor·Hidden
+	SeqLen      int     // tokens per sequence (and learned positions)
+	Vocab       int     // token ids are in [0, Vocab); also the number of outputs
+	Dropout     float64 // dropout rate after each block's output projection, while training
+	Batch       int     // sequences per optimizer step
+	MicroBatch  int     // micro-batches the batch is split into (gradient accumulation)
+	Description string  // one line for people
+}
+
+// Heads is Hidden / HeadDim.
+func (c GPTConfig) Heads() int { return c.Hidden / c.HeadDim }
+
+// Validate returns an error naming the first field that cannot work, and why.
+func (c GPTConfig) Validate() error {
+	positive := []struct {
+		name  string
+		value int
+	}{{"Hidden", c.Hidden}, {"Layers", c.Layers}, {"HeadDim", c.HeadDim}, {"MLPFactor", c.MLPFactor},
+		{"SeqLen", c.SeqLen}, {"Vocab", c.Vocab}, {"Batch", c.Batch}, {"MicroBatch", c.MicroBatch}}
+	for _, f := range positive {
+		if f.value < 1 {
+			return fmt.Errorf("GPT config: %s = %d must be at least 1", f.name, f.value)
+		}
+	}
+	if c.Hidden%c.HeadDim != 0 {
+		return fmt.Errorf("GPT config: HeadDim = %d does not divide Hidden = %d into heads", c.HeadDim, c.Hidden)
+	}
+	if c.Batch%c.MicroBatch != 0 {
+		return fmt.Errorf("GPT config: Batch = %d does not split into MicroBatch = %d equal micro-batches", c.Batch, c.MicroBatch)
+	}
+	if c.Dropout < 0 || c.Dropout >= 1 {
+		return fmt.Errorf("GPT config: Dropout = %g must be in [0, 1)", c.Dropout)
+	}
+	return nil
+}
+
+// Params returns the number of parameters of the GPT, counted from the config.
+func (c GPTConfig) Params() int64 {
+	h, f, v, t := int64(c.Hidden), int64(c.MLPFactor*c.Hidden), int64(c.Vocab), int64(c.SeqLen)
+	norm := 2 * h
+	mlp := norm + h*f + f + f*h + h
+	attn := norm + h*3*h + 3*h + h*h + h
+	return v*h + t*h + int64(c.Layers)*(mlp+attn) + norm + h*v + v
+}
+
+// Presets of the GPT config. "tutorial" is the tutorial's model (155,877,376 parameters); "small"
+// and "tiny" train on a few CPU cores (a byte-level vocabulary of 256 fits the text corpus).
+var Presets = map[string]GPTConfig{
+	"tutorial": {Hidden: 1024, Layers: 12, HeadDim: 128, MLPFactor: 4, SeqLen: 512, Vocab: 2048, Dropout: 0.1,
+		Batch: 64, MicroBatch: 4, Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},
+	"small": {Hidden: 256, Layers: 4, HeadDim: 64, MLPFactor: 4, SeqLen: 128, Vocab: 256, Dropout: 0.1,
+		Batch: 16, MicroBatch: 4, Description: "4 layers, hidden 256, 4 heads of 64, sequence 128 (minutes on a CPU)"},
+	"tiny": {Hidden: 64, Layers: 2, HeadDim: 32, MLPFactor: 4, SeqLen: 64, Vocab: 256, Dropout: 0.1,
+		Batch: 16, MicroBatch: 4, Description: "2 layers, hidden 64, 2 heads of 32, sequence 64 (seconds on a CPU)"},
+}
+
+// Preset returns the named preset, or an error listing the presets.
+func Preset(name string) (GPTConfig, error) {
+	c, ok := Presets[name]
+	if !ok {
+		return GPTConfig{}, fmt.Errorf("unknown GPT preset %q: the presets are %s", name, strings.Join(PresetNames(), ", "))
+	}
+	return c, nil
+}
+
+// PresetNames lists the presets, sorted.
+func PresetNames() []string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

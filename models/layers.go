@@ -1,0 +1,118 @@
+package models
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
+
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/remat"
+)
+
+// The layers below follow Flax's defaults (the tutorial's framework): kernels are LeCun-normal
+// (std 1/sqrt(fan-in)), biases zero, LayerNorm ε = 1e-6. Parameters are created in the policy's
+// param dtype and cast to its compute dtype where used, so their gradients come back in the param
+// dtype. Parameter names follow Flax's, which makes weights exchangeable with the JAX reference.
+
+const layerNormEpsilon = 1e-6
+
+// Dense is a fully connected layer over x's last axis: x·kernel + bias, with kernel
+// [in, features] and bias [features] in scope ctx. The product runs in the policy's compute dtype
+// and is tagged as a matmul for remat policies.
+func Dense(ctx *context.Context, p mixed.Policy, x *graph.Node, features int) *graph.Node {
+	return DenseGeneral(ctx, p, x, 1, features)
+}
+
+// DenseGeneral contracts the last inAxes axes of x with a kernel [those dims..., features...]
+// and adds a bias [features...]: Flax's DenseGeneral with axis = the last inAxes axes.
+func DenseGeneral(ctx *context.Context, p mixed.Policy, x *graph.Node, inAxes int, features ...int) *graph.Node {
+	if inAxes < 1 || inAxes > x.Rank() {
+		panic(fmt.Sprintf("models.DenseGeneral: cannot contract the last %d axes of %s", inAxes, x.Shape()))
+	}
+	g := x.Graph()
+	inDims := x.Shape().Dimensions[x.Rank()-inAxes:]
+	fanIn := 1
+	for _, d := range inDims {
+		fanIn *= d
+	}
+	kernelShape := shapes.Make(p.Param, append(append([]int{}, inDims...), features...)...)
+	kernel := ctx.WithInitializer(lecunNormal(ctx, fanIn)).VariableWithShape("kernel", kernelShape).ValueGraph(g)
+	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, features...)).ValueGraph(g)
+	contract := make([]int, inAxes)
+	kernelAxes := make([]int, inAxes)
+	for i := range inAxes {
+		contract[i] = x.Rank() - inAxes + i
+		kernelAxes[i] = i
+	}
+	y := graph.DotGeneral(p.CastToCompute(x), contract, nil, p.CastToCompute(kernel), kernelAxes, nil)
+	y = remat.NameDot(y, "")
+	return note(ctx, "Dense", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
+}
+
+// LayerNorm normalizes x over its last axis with statistics in float32, then applies a gain
+// ("scale", ones) and an offset ("bias", zeros) in the compute dtype.
+func LayerNorm(ctx *context.Context, p mixed.Policy, x *graph.Node) *graph.Node {
+	g := x.Graph()
+	width := x.Shape().Dim(-1)
+	scale := ctx.WithInitializer(initializers.One).VariableWithShape("scale", shapes.Make(p.Param, width)).ValueGraph(g)
+	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, width)).ValueGraph(g)
+	y := mixed.Normalize(p.CastToCompute(x), layerNormEpsilon, -1)
+	y = graph.Mul(y, expandLeft(p.CastToCompute(scale), y.Rank()))
+	return note(ctx, "LayerNorm", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
+}
+
+// Embed looks up integer tokens in a table [vocab, features] ("embedding", normal with std
+// 1/sqrt(features)) and returns the rows in the compute dtype. The lookup runs in the param dtype
+// so that the table's gradient is accumulated there.
+func Embed(ctx *context.Context, p mixed.Policy, tokens *graph.Node, vocab, features int) *graph.Node {
+	g := tokens.Graph()
+	table := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(features)))).
+		VariableWithShape("embedding", shapes.Make(p.Param, vocab, features)).ValueGraph(g)
+	return note(ctx, "Embed", p.CastToCompute(graph.Gather(table, graph.InsertAxes(tokens, -1))))
+}
+
+// Dropout zeroes each value of x with probability rate while training (ctx.IsTraining) and
+// scales the rest by 1/(1-rate); it is the identity otherwise or when rate is 0. The mask comes
+// from the context's random state, so a rematerialized block draws the same mask.
+func Dropout(ctx *context.Context, x *graph.Node, rate float64) *graph.Node {
+	if rate <= 0 || !ctx.IsTraining(x.Graph()) {
+		return x
+	}
+	if rate >= 1 {
+		panic(fmt.Sprintf("models.Dropout: rate %g must be below 1", rate))
+	}
+	keep := graph.GreaterOrEqual(ctx.RandomUniform(x.Graph(), shapes.Make(dtypes.Float32, x.Shape().Dimensions...)),
+		graph.Scalar(x.Graph(), dtypes.Float32, rate))
+	scaled := graph.MulScalar(x, 1/(1-rate))
+	return graph.Where(keep, scaled, graph.ZerosLike(scaled))
+}
+
+// GELU is the tanh approximation Flax's nn.gelu uses by default:
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+func GELU(x *graph.Node) *graph.Node {
+	cube := graph.Mul(graph.Mul(x, x), x)
+	inner := graph.MulScalar(graph.Add(x, graph.MulScalar(cube, 0.044715)), math.Sqrt(2/math.Pi))
+	return graph.Mul(graph.MulScalar(x, 0.5), graph.OnePlus(graph.Tanh(inner)))
+}
+
+// SiLU is x·sigmoid(x).
+func SiLU(x *graph.Node) *graph.Node { return graph.Mul(x, graph.Logistic(x)) }
+
+// lecunNormal draws from a normal distribution with std 1/sqrt(fanIn).
+func lecunNormal(ctx *context.Context, fanIn int) initializers.VariableInitializer {
+	return initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(fanIn)))
+}
+
+// expandLeft adds leading axes of size 1 to x until it has the given rank, so that a bias or a
+// gain broadcasts over the batch axes.
+func expandLeft(x *graph.Node, rank int) *graph.Node {
+	for x.Rank() < rank {
+		x = graph.InsertAxes(x, 0)
+	}
+	return x
+}

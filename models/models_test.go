@@ -1,0 +1,120 @@
+package models_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+)
+
+var embedded = sync.OnceValue(func() backends.Backend {
+	b, err := ograph.NewBackend("go")
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+func gptSummary(t *testing.T, config models.GPTConfig, policy string) *models.Summary {
+	t.Helper()
+	p, err := mixed.ParsePolicy(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := models.NewGPT(config, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := models.Summarize(embedded(), func(ctx *context.Context, g *graph.Graph) {
+		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestTutorialParameterCount: the tutorial preset has exactly the tutorial's 155,877,376
+// parameters, counted from the variables the model creates (and from the config's formula).
+func TestTutorialParameterCount(t *testing.T) {
+	const want = 155_877_376
+	config := models.Presets["tutorial"]
+	if got := config.Params(); got != want {
+		t.Errorf("GPTConfig.Params() = %d, want %d", got, want)
+	}
+	s := gptSummary(t, config, "params=float32,compute=bfloat16")
+	if s.Params != want {
+		t.Errorf("the model creates %d parameters, want %d", s.Params, want)
+	}
+	if s.ParamBytes != 4*want {
+		t.Errorf("parameters take %d bytes, want %d (float32)", s.ParamBytes, 4*want)
+	}
+}
+
+// TestLayerDTypes: under params=float32,compute=bfloat16,output=float32 parameters are float32,
+// layer outputs bfloat16, the attention softmax float32 and the logits float32.
+func TestLayerDTypes(t *testing.T) {
+	config := models.Presets["tiny"]
+	for _, tc := range []struct {
+		policy                       string
+		param, compute, output, soft string
+	}{
+		{"params=float32,compute=bfloat16,output=float32", "Float32", "BFloat16", "Float32", "BFloat16"},
+		{"float32", "Float32", "Float32", "Float32", "Float32"},
+	} {
+		s := gptSummary(t, config, tc.policy)
+		for _, r := range s.Rows {
+			for _, p := range r.Params {
+				if !strings.Contains(p.Shape, "("+tc.param+")") {
+					t.Errorf("%s: parameter %s/%s is %s, want %s", tc.policy, r.Path, p.Name, p.Shape, tc.param)
+				}
+			}
+			want := tc.compute
+			switch r.Layer {
+			case "Param":
+				continue
+			case "logits":
+				want = tc.output
+			case "attention weights":
+				want = tc.soft // cast back to compute after the float32 softmax
+			}
+			if !strings.Contains(r.Output, "("+want+")") {
+				t.Errorf("%s: %s %s outputs %s, want %s", tc.policy, r.Path, r.Layer, r.Output, want)
+			}
+		}
+	}
+}
+
+func TestGPTConfigErrors(t *testing.T) {
+	base := models.Presets["tiny"]
+	for _, tc := range []struct {
+		change func(c *models.GPTConfig)
+		want   string
+	}{
+		{func(c *models.GPTConfig) { c.HeadDim = 48 }, "HeadDim = 48 does not divide Hidden = 64"},
+		{func(c *models.GPTConfig) { c.MicroBatch = 3 }, "Batch = 16 does not split into MicroBatch = 3"},
+		{func(c *models.GPTConfig) { c.Layers = 0 }, "Layers = 0 must be at least 1"},
+		{func(c *models.GPTConfig) { c.Dropout = 1 }, "Dropout = 1 must be in [0, 1)"},
+	} {
+		c := base
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error containing %q", err, tc.want)
+		}
+	}
+	if _, err := models.Preset("huge"); err == nil || !strings.Contains(err.Error(), "tiny") {
+		t.Errorf("Preset(huge) = %v, want an error listing the presets", err)
+	}
+	if _, err := models.ParseRematSpec("mlp,ffn"); err == nil || !strings.Contains(err.Error(), `"ffn"`) {
+		t.Errorf("ParseRematSpec = %v, want an error naming ffn", err)
+	}
+}

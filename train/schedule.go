@@ -1,0 +1,60 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+)
+
+// Schedule is optax's warmup_exponential_decay_schedule, the tutorial's learning rate: linear from
+// Init to Peak over WarmupSteps updates, then Peak·DecayRate^((step-WarmupSteps)/TransitionSteps).
+// step counts the updates already applied, so the first update uses Init.
+type Schedule struct {
+	Init, Peak      float64
+	WarmupSteps     int
+	TransitionSteps int
+	DecayRate       float64
+}
+
+// TutorialSchedule is the tutorial's: from 0 to 4e-4 over 10 steps, then ×0.99 per step.
+var TutorialSchedule = Schedule{Init: 0, Peak: 4e-4, WarmupSteps: 10, TransitionSteps: 1, DecayRate: 0.99}
+
+// Validate returns an error naming a field that cannot work.
+func (s Schedule) Validate() error {
+	switch {
+	case s.Peak <= 0:
+		return fmt.Errorf("schedule: peak learning rate %g must be positive", s.Peak)
+	case s.WarmupSteps < 0:
+		return fmt.Errorf("schedule: %d warm-up steps cannot be negative", s.WarmupSteps)
+	case s.TransitionSteps < 1:
+		return fmt.Errorf("schedule: transition steps %d must be at least 1", s.TransitionSteps)
+	case s.DecayRate <= 0 || s.DecayRate > 1:
+		return fmt.Errorf("schedule: decay rate %g must be in (0, 1]", s.DecayRate)
+	}
+	return nil
+}
+
+// At returns the learning rate of the update after step updates, in float64 (the reference for
+// the graph version).
+func (s Schedule) At(step int) float64 {
+	if step < s.WarmupSteps {
+		return s.Init + (s.Peak-s.Init)*float64(step)/float64(s.WarmupSteps)
+	}
+	return s.Peak * math.Pow(s.DecayRate, float64(step-s.WarmupSteps)/float64(s.TransitionSteps))
+}
+
+// Apply sets the optimizer's learning-rate variable, in the graph, to the schedule's value at the
+// global step (the number of updates applied so far). GoMLX's optimizers read that variable.
+func (s Schedule) Apply(ctx *context.Context, g *graph.Graph) {
+	step := graph.ConvertDType(optimizers.GetGlobalStepVar(ctx).ValueGraph(g), dtypes.Float64)
+	warm := graph.AddScalar(graph.MulScalar(step, (s.Peak-s.Init)/float64(max(s.WarmupSteps, 1))), s.Init)
+	decayed := graph.MulScalar(graph.Pow(graph.Scalar(g, dtypes.Float64, s.DecayRate),
+		graph.DivScalar(graph.AddScalar(step, -float64(s.WarmupSteps)), float64(s.TransitionSteps))), s.Peak)
+	lr := graph.Where(graph.LessThan(step, graph.Scalar(g, dtypes.Float64, float64(s.WarmupSteps))), warm, decayed)
+	v := optimizers.LearningRateVar(ctx, dtypes.Float32, s.Peak)
+	v.SetValueGraph(graph.ConvertDType(lr, v.Shape().DType))
+}
