@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -20,6 +21,10 @@ const (
 	CPU083 Build = "cpu-0.83"
 	// CUDA011 is the CUDA plugin of jax 0.11.0 (jax-cuda13-pjrt). It is the default build.
 	CUDA011 Build = "cuda-0.11"
+	// CPU0115 is lammps-jax-pjrt-cpu 0.11.2, a CPU plugin built from the XLA of jaxlib 0.11.2
+	// (PJRT C API 0.115): the CPU plugin onegpu's CI installs from PyPI. Its flag table was
+	// derived from the plugin itself (flags/internal/plugintable), not from XLA's source.
+	CPU0115 Build = "cpu-0.115"
 	// Head is XLA's source tree on 2026-07-26, for reference: no plugin is built from it.
 	Head Build = "head"
 )
@@ -127,8 +132,9 @@ const (
 
 // DefaultBuild returns the build whose flags onegpu checks when none is given, and why. It
 // guesses the build from the plugin named by ONEGPU_PJRT_PLUGIN or GOMLX_BACKEND=xla:<plugin>
-// without loading it: go-xla's CPU plugin ("cpu", pjrt_c_api_cpu_plugin.so) is CPU083, a CUDA
-// plugin is CUDA011. Anything else, or no plugin at all, gives CUDA011. Once a plugin is loaded,
+// without loading it: a plugin inside the lammps_jax_pjrt_cpu Python package is CPU0115;
+// go-xla's CPU plugin ("cpu", or any other pjrt_c_api_cpu_plugin.so) is CPU083; a CUDA plugin is
+// CUDA011. Anything else, or no plugin at all, gives CUDA011. Once a plugin is loaded,
 // BuildForPlugin tells its build for sure.
 func DefaultBuild() (Build, string) {
 	plugin, from := configuredPlugin()
@@ -137,6 +143,8 @@ func DefaultBuild() (Build, string) {
 	}
 	base := strings.ToLower(filepath.Base(plugin))
 	switch {
+	case slices.Contains(strings.Split(filepath.ToSlash(filepath.Dir(plugin)), "/"), lammpsPackage):
+		return CPU0115, fmt.Sprintf("%s names lammps-jax-pjrt-cpu's CPU plugin %q", from, plugin)
 	case base == "cpu" || base == "pjrt_c_api_cpu_plugin.so":
 		return CPU083, fmt.Sprintf("%s names go-xla's CPU plugin %q", from, plugin)
 	case strings.Contains(base, "cuda") || base == "gpu":
@@ -144,6 +152,10 @@ func DefaultBuild() (Build, string) {
 	}
 	return CUDA011, fmt.Sprintf("%s names plugin %q, whose build onegpu cannot tell without loading it: the default build", from, plugin)
 }
+
+// lammpsPackage is the Python package of lammps-jax-pjrt-cpu, whose plugin file has the same
+// name as go-xla's CPU plugin.
+const lammpsPackage = "lammps_jax_pjrt_cpu"
 
 // configuredPlugin returns the plugin named by the environment and the variable naming it.
 func configuredPlugin() (plugin, from string) {

@@ -64,6 +64,10 @@ func checkSetting(st Setting, b Build) (warnings, errs []Problem) {
 		}
 		warnings = append(warnings, w)
 	}
+	if r, ok := cpuRefusesOn[f.Name]; ok && b.CPU() && f.Kind == KindBool &&
+		(!st.HasValue || strings.EqualFold(st.Value, "true") || st.Value == "1") {
+		return warnings, fail(r, "--"+f.Name+"=false, or leave it out")
+	}
 	if !st.HasValue {
 		if f.Kind == KindBool {
 			return warnings, nil // a bare bool flag means true
@@ -83,11 +87,20 @@ func checkSetting(st Setting, b Build) (warnings, errs []Problem) {
 	return warnings, nil
 }
 
+// cpuRefusesOn holds the bool flags that XLA's CPU plugins refuse to turn on, although true is
+// a bool: their setters first check for a CUDA library, which a CPU plugin does not link. The
+// value says why. TestPluginJudge found them, with lammps-jax-pjrt-cpu 0.11.2 as the judge.
+var cpuRefusesOn = map[string]string{
+	"xla_gpu_enable_libnvptxcompiler": `a CPU plugin has no libnvptxcompiler: XLA refuses to turn it on and aborts the process ("Flag parsing failed")`,
+}
+
 // absentFlag explains why build b does not define the flag called name ("removed by cpu-0.83
 // (last defined by jax-0.4.25)": the first build without it, of those onegpu knows), and what
-// to write instead.
+// to write instead. A flag that only later builds define is "too new", and the build named as
+// its first is one of b's kind where there is one (a CPU build for a CPU build, any other for
+// the others), so that a CUDA user is not sent to a CPU plugin.
 func absentFlag(name string, b Build) (why, fix string) {
-	last, removedIn, first := Build(""), Build(""), Build("")
+	last, removedIn, first, firstOther := Build(""), Build(""), Build(""), Build("")
 	for _, info := range builds {
 		_, defined := info.build.Lookup(name)
 		switch {
@@ -95,9 +108,14 @@ func absentFlag(name string, b Build) (why, fix string) {
 			last, removedIn = info.build, ""
 		case info.build.order() <= b.order() && !defined && last != "" && removedIn == "":
 			removedIn = info.build
-		case info.build.order() > b.order() && defined && first == "":
+		case info.build.order() > b.order() && defined && info.build.CPU() == b.CPU() && first == "":
 			first = info.build
+		case info.build.order() > b.order() && defined && firstOther == "":
+			firstOther = info.build
 		}
+	}
+	if first == "" {
+		first = firstOther
 	}
 	switch {
 	case last != "":

@@ -73,6 +73,15 @@ func TestCheck(t *testing.T) {
 		{"removed, with replacement", "--xla_gpu_graph_level=1", CUDA011, rejected, "removed by cpu-0.83 (last defined by jax-0.4.25)", "--xla_gpu_enable_command_buffer"},
 		{"removed, no replacement", "--xla_gpu_enable_split_k_autotuning=true", CUDA011, rejected, "removed by cuda-0.11 (last defined by cpu-0.83)", "no replacement"},
 		{"too new", "--xla_gpu_pipeline_all_reduce=X", CUDA011, rejected, "too new for cuda-0.11 (first defined by head)", "head or later"},
+		{"too new for CPU", "--xla_gpu_pipeline_all_reduce=X", CPU083, rejected, "too new for cpu-0.83 (first defined by cpu-0.115)", "cpu-0.115 or later"},
+		{"too new for both plugins", "--xla_gpu_match_tpu_precision=true", CPU0115, rejected, "too new for cpu-0.115 (first defined by head)", ""},
+		{"removed before cpu-0.115", "--xla_gpu_fused_attention_use_cudnn_rng=true", CPU0115, rejected, "removed by cpu-0.115 (last defined by cuda-0.11)", ""},
+		{"a CPU plugin cannot turn on libnvptxcompiler", "--xla_gpu_enable_libnvptxcompiler=TRUE", CPU0115, rejected, "has no libnvptxcompiler", "=false"},
+		{"a bare bool turns it on too", "--xla_gpu_enable_libnvptxcompiler", CPU083, rejected, "has no libnvptxcompiler", ""},
+		{"turning libnvptxcompiler off is fine on CPU", "--xla_gpu_enable_libnvptxcompiler=0", CPU0115, accepted, "", ""},
+		{"a CUDA plugin may turn on libnvptxcompiler", "--xla_gpu_enable_libnvptxcompiler=true", CUDA011, accepted, "", ""},
+		{"only cpu-0.115 has it", "--xla_gpu_blas_max_algorithms=16", CPU0115, accepted, "", ""},
+		{"cpu-0.115's flag on head", "--xla_gpu_blas_max_algorithms=16", Head, rejected, "removed by head (last defined by cpu-0.115)", ""},
 		{"typo", "--xla_gpu_autotun_level=2", CUDA011, rejected, "not a flag of cuda-0.11", "did you mean --xla_gpu_autotune_level?"},
 		{"unknown", "--xla_made_up_entirely=1", CUDA011, rejected, "Unknown flags in XLA_FLAGS", "drop it"},
 		{"single dash", "-xla_gpu_autotune_level=2", CUDA011, rejected, "two dashes", "--xla_gpu_autotune_level=2"},
@@ -100,8 +109,8 @@ func TestCheck(t *testing.T) {
 // TestTutorialFlagsPerBuild pins the verdict for each of the 2024 tutorial's five flags on each
 // build, with its own value.
 func TestTutorialFlagsPerBuild(t *testing.T) {
-	gone := map[Build]verdict{JAX0425: accepted, CPU083: rejected, CUDA011: rejected, Head: rejected}
-	kept := map[Build]verdict{JAX0425: accepted, CPU083: accepted, CUDA011: accepted, Head: accepted}
+	gone := map[Build]verdict{JAX0425: accepted, CPU083: rejected, CUDA011: rejected, CPU0115: rejected, Head: rejected}
+	kept := map[Build]verdict{JAX0425: accepted, CPU083: accepted, CUDA011: accepted, CPU0115: accepted, Head: accepted}
 	want := map[string]map[Build]verdict{
 		"xla_gpu_enable_triton_softmax_fusion":         gone,
 		"xla_gpu_triton_gemm_any":                      kept,

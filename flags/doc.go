@@ -8,7 +8,9 @@
 // the five flags of the 2024 tutorial are gone from today's XLA. So this package:
 //
 //   - holds typed flag tables for each XLA build it knows (Build, Flag), generated from
-//     flags/tables by `go generate`;
+//     flags/tables by `go generate`: jax-0.4.25, cpu-0.83 (go-xla's CPU plugin), cuda-0.11 (the
+//     default), cpu-0.115 (lammps-jax-pjrt-cpu 0.11.2, the CPU plugin CI installs, whose table
+//     flags/internal/plugintable derived by asking the plugin) and head (XLA's source);
 //   - splits XLA_FLAGS exactly as XLA does (Parse, ParseEnv, Environment) and checks every
 //     setting against a build (Set.Check), naming the flag, the build and the fix;
 //   - offers presets for one-GPU training (SingleGPUTraining, Memory, NoAutoRemat,
@@ -26,4 +28,8 @@
 //	options, err := flags.ClientOptions{MemoryFraction: 0.9}.NamedValues(b)
 //	backend, err := xla.NewWithOptions(plugin, options)
 //	flags.NotePluginCreated(plugin)
+//
+// With ONEGPU_PJRT_PLUGIN naming a CPU plugin of a known build, `go test ./flags/` also holds
+// Check to what that plugin does (TestPluginJudge): texts Check accepts must let a child
+// process create a client, texts it rejects must end it.
 package flags

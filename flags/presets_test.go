@@ -90,6 +90,7 @@ func TestLegacy2024Warnings(t *testing.T) {
 	}{
 		{JAX0425, Tutorial2024, 0},
 		{CPU083, "", 1}, // the GPU preset sets nothing on a CPU plugin
+		{CPU0115, "", 1},
 		{CUDA011, "--xla_gpu_triton_gemm_any=false --xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_highest_priority_async_stream=true", 3},
 		{Head, "--xla_gpu_triton_gemm_any=false --xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_highest_priority_async_stream=true", 3},
 	}
@@ -144,9 +145,11 @@ func TestResolve(t *testing.T) {
 	if !errors.As(err, &ps) || len(ps) != 2 {
 		t.Errorf("Resolve = %v, want the preset's and the user's problems", err)
 	}
-	_, warnings, err = Resolve(CPU083, Set{}, Memory(90), Deterministic(), NoAutoRemat())
-	if err != nil || len(warnings) != 2 {
-		t.Errorf("Resolve on cpu-0.83 = %v, %v; want two skipped GPU presets", warnings, err)
+	for _, b := range []Build{CPU083, CPU0115} {
+		s, warnings, err := Resolve(b, Set{}, Memory(90), Deterministic(), NoAutoRemat(), Dump("/tmp/d", "jit_.*", ""))
+		if err != nil || len(warnings) != 2 || s.String() != "--xla_disable_hlo_passes=rematerialization --xla_dump_to=/tmp/d --xla_dump_hlo_module_re=jit_.*" {
+			t.Errorf("Resolve on %s = %q, %v, %v; want two skipped GPU presets, no-auto-remat and dump", b, s, warnings, err)
+		}
 	}
 }
 

@@ -54,7 +54,7 @@ func TestTablesMatchShared(t *testing.T) {
 func sampleValue(f Flag) string {
 	switch f.Kind {
 	case KindBool:
-		return "true"
+		return "false" // CPU plugins refuse to turn some computed ones on (cpuRefusesOn)
 	case KindInt, KindFloat:
 		return "0"
 	case KindEnum:
@@ -138,7 +138,7 @@ func TestLookup(t *testing.T) {
 }
 
 func TestBuilds(t *testing.T) {
-	want := []Build{JAX0425, CPU083, CUDA011, Head}
+	want := []Build{JAX0425, CPU083, CUDA011, CPU0115, Head}
 	got := Builds()
 	if len(got) != len(want) {
 		t.Fatalf("Builds() = %v, want %v", got, want)
@@ -154,11 +154,14 @@ func TestBuilds(t *testing.T) {
 	if _, err := ParseBuild("cuda-12"); err == nil || !strings.Contains(err.Error(), "cuda-0.11") {
 		t.Errorf("ParseBuild(cuda-12) = %v, want an error naming the builds", err)
 	}
-	if !CPU083.CPU() || CUDA011.CPU() || Head.CPU() {
+	if !CPU083.CPU() || !CPU0115.CPU() || CUDA011.CPU() || Head.CPU() {
 		t.Error("CPU() is wrong")
 	}
 	if major, minor, ok := CPU083.PJRTVersion(); !ok || major != 0 || minor != 83 {
 		t.Errorf("CPU083.PJRTVersion() = %d.%d %v", major, minor, ok)
+	}
+	if major, minor, ok := CPU0115.PJRTVersion(); !ok || major != 0 || minor != 115 {
+		t.Errorf("CPU0115.PJRTVersion() = %d.%d %v", major, minor, ok)
 	}
 	if _, _, ok := JAX0425.PJRTVersion(); ok {
 		t.Error("jax-0.4.25 claims a plugin version")
@@ -176,6 +179,9 @@ func TestBuildForPlugin(t *testing.T) {
 		{"CPU", 0, 83, CPU083, ""},
 		{"cuda", 0, 114, CUDA011, ""},
 		{"gpu", 0, 114, CUDA011, ""},
+		{"cpu", 0, 115, CPU0115, ""},
+		{"CPU", 0, 115, CPU0115, ""},
+		{"cuda", 0, 115, "", "cpu 0.115 (cpu-0.115)"},
 		{"cpu", 0, 84, "", "cpu 0.83 (cpu-0.83)"},
 		{"rocm", 0, 114, "", "no XLA flag table"},
 	}
@@ -206,6 +212,9 @@ func TestDefaultBuild(t *testing.T) {
 		{"", "xla:cuda", CUDA011, "CUDA plugin"},
 		{"/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so", "xla:cpu", CUDA011, PluginEnv},
 		{"/opt/other/libpjrt.so", "", CUDA011, "cannot tell"},
+		{"/ci/.venv/lib/python3.12/site-packages/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so", "", CPU0115, "lammps-jax-pjrt-cpu"},
+		{"", "xla:/ci/.venv/lib/python3.12/site-packages/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so", CPU0115, GoMLXBackendEnv},
+		{"/opt/lammps_jax_pjrt_cpu_old/pjrt_c_api_cpu_plugin.so", "", CPU083, "go-xla's CPU plugin"},
 	}
 	for _, tt := range tests {
 		t.Setenv(PluginEnv, tt.plugin)
