@@ -76,7 +76,7 @@ func usesStock(g *graph.Graph) bool {
 
 func replacement(nodeType graph.NodeType, fn rule, stock graph.VJP) graph.VJP {
 	return func(node *graph.Node, vjps []*graph.Node, outputShape shapes.Shape) []*graph.Node {
-		if stock != nil && (usesStock(node.Graph()) || !outputShape.IsScalar()) {
+		if stock != nil && nodeType != graph.NodeTypeSlice && (usesStock(node.Graph()) || !outputShape.IsScalar()) {
 			return stock(node, vjps, outputShape)
 		}
 		grads, err := fn(node, vjps[0])

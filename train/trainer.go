@@ -41,6 +41,12 @@ type Config struct {
 
 // Validate returns an error naming the setting that cannot work and how to fix it.
 func (c Config) Validate() error {
+	if c.Batch < 1 || c.MicroBatches < 1 {
+		return fmt.Errorf("batch %d and micro-batches %d must be at least 1", c.Batch, c.MicroBatches)
+	}
+	if c.Batch%c.MicroBatches != 0 {
+		return fmt.Errorf("a batch of %d does not split into %d equal micro-batches: choose micro-batches that divide the batch", c.Batch, c.MicroBatches)
+	}
 	switch c.Model {
 	case "gpt":
 		if err := c.GPT.Validate(); err != nil {
@@ -52,12 +58,6 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("unknown model %q: use gpt or mlp", c.Model)
-	}
-	if c.Batch < 1 || c.MicroBatches < 1 {
-		return fmt.Errorf("batch %d and micro-batches %d must be at least 1", c.Batch, c.MicroBatches)
-	}
-	if c.Batch%c.MicroBatches != 0 {
-		return fmt.Errorf("a batch of %d does not split into %d equal micro-batches: choose micro-batches that divide the batch", c.Batch, c.MicroBatches)
 	}
 	if _, err := ParseLossScale(c.LossScale); err != nil {
 		return err

@@ -6,15 +6,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/tutorialmlp"
+	"github.com/onegpu/onegpu/train"
 )
 
 func init() {
@@ -27,24 +24,18 @@ func init() {
 
 // memoryOptions are the choices of `onegpu memory`.
 type memoryOptions struct {
-	model          string
-	batch          int
-	backend        string
+	setup
 	stockGradients bool
 	asJSON         bool
-	xlaPresets     presetFlags
 	dumpHLO        string
 }
 
 func runMemory(args []string, w io.Writer) error {
-	fs := newFlagSet("memory", "[--model mlp] [--batch N] [--stock-gradients] [--backend SPEC] [--xla-preset P]... [--dump-hlo DIR] [--json]")
+	fs := newFlagSet("memory", "[--model mlp|gpt] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--stock-gradients] [--backend SPEC] [--dump-hlo DIR] [--json]")
 	var o memoryOptions
-	fs.StringVar(&o.model, "model", "mlp", "model whose train step to analyze: mlp (the tutorial's MLP classifier)")
-	fs.IntVar(&o.batch, "batch", tutorialmlp.Batch, "batch size")
-	fs.StringVar(&o.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
+	o.setup.register(fs, "mlp", "tutorial")
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
-	fs.Var(&o.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend (repeatable; see onegpu flags -h):\n"+flags.PresetUsage())
 	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,6 +58,9 @@ func runMemory(args []string, w io.Writer) error {
 type memoryReport struct {
 	Backend         string           `json:"backend"`
 	Model           string           `json:"model"`
+	Policy          string           `json:"policy"`
+	Remat           string           `json:"remat"`
+	MicroBatches    int              `json:"microbatches"`
 	Batch           int              `json:"batch"`
 	Gradients       string           `json:"gradients"`
 	Params          int64            `json:"params"`
@@ -92,53 +86,44 @@ type tensorJSON struct {
 	Bytes int64  `json:"bytes"`
 }
 
-// analyzeMemory builds the chosen model's train step (forward, backward, Adam update) and analyzes it.
+// analyzeMemory builds the chosen train step (forward, backward, Adam update) and analyzes it.
 func analyzeMemory(o memoryOptions) (*memoryReport, error) {
-	if o.model != "mlp" {
-		return nil, fmt.Errorf("unknown --model %q: the models are mlp", o.model)
-	}
-	if o.batch < 1 {
-		return nil, fmt.Errorf("--batch %d: the batch size must be at least 1", o.batch)
+	config, err := o.config()
+	if err != nil {
+		return nil, err
 	}
 	spec, err := ograph.ResolveBackend(o.backend)
 	if err != nil {
 		return nil, err
 	}
-	presets := []flags.Preset(o.xlaPresets)
 	if o.dumpHLO != "" {
 		if spec.Kind != "xla" {
 			return nil, fmt.Errorf("--dump-hlo needs an XLA backend (--backend xla:/abs/path/plugin.so); the embedded backend has no HLO")
 		}
-		presets = append(presets, flags.Dump(o.dumpHLO, stepName, ""))
+		o.xlaPresets = append(o.xlaPresets, flags.Dump(o.dumpHLO, stepName, ""))
 	}
-	backend, err := ograph.NewBackendWithOptions(spec, ograph.XLAOptions{Presets: presets})
+	backend, spec, err := o.newBackend()
 	if err != nil {
 		return nil, err
 	}
 	defer backend.Finalize()
-	inputs := []shapes.Shape{
-		shapes.Make(dtypes.Float32, o.batch, tutorialmlp.Inputs),
-		shapes.Make(dtypes.Int32, o.batch),
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return nil, err
 	}
-	step := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		g := in[0].Graph()
-		if o.stockGradients {
-			ograph.UseStockGradients(g)
-		}
-		params := tutorialmlp.ContextParams(ctx, g, 1)
-		loss := tutorialmlp.Loss(tutorialmlp.LogProbs(params, in[0], dtypes.Float32, dtypes.Float32), in[1])
-		optimizers.Adam().Done().UpdateGraph(ctx, g, loss)
-		return []*graph.Node{loss}
+	step := trainer.StepFn()
+	if o.stockGradients {
+		step = withStockGradients(step)
 	}
-	p, err := ograph.ContextProgram(backend, context.New(), stepName, inputs, step)
+	p, err := ograph.ContextProgram(backend, context.New(), stepName, trainer.InputShapes(), step)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
 	r := &memoryReport{
-		Backend: spec.String(), Model: "tutorial MLP classifier (128 -> 256, LayerNorm, SiLU -> 100), Adam",
-		Batch: o.batch, Gradients: "onegpu", ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
+		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
+		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
 		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline,
 	}
@@ -191,7 +176,7 @@ type compiledJSON struct {
 }
 
 func (r *memoryReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "%s train step, batch %d, %s gradients\n", r.Model, r.Batch, r.Gradients)
+	fmt.Fprintf(w, "train step (Adam) of the %s; %s gradient rules\n", r.Model, r.Gradients)
 	fmt.Fprintf(w, "backend %s\n", r.Backend)
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
@@ -227,5 +212,13 @@ func (r *memoryReport) writeText(w io.Writer) {
 		for _, f := range r.DTypeFindings {
 			fmt.Fprintf(w, "  %s\n", f)
 		}
+	}
+}
+
+// withStockGradients makes a step build its gradients with GoMLX's own rules.
+func withStockGradients(step func(*context.Context, []*graph.Node) []*graph.Node) func(*context.Context, []*graph.Node) []*graph.Node {
+	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+		ograph.UseStockGradients(inputs[0].Graph())
+		return step(ctx, inputs)
 	}
 }

@@ -69,7 +69,7 @@ func TestMemoryBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--model", "resnet"}, `unknown --model "resnet"`},
-		{[]string{"--batch", "0"}, "at least 1"},
+		{[]string{"--batch", "-1"}, "must be at least 1"},
 		{[]string{"--backend", "xla:/missing/plugin.so"}, "not found"},
 		{[]string{"--backend", "tpu"}, `unknown backend "tpu"`},
 	} {
@@ -92,5 +92,46 @@ func TestEnv(t *testing.T) {
 	}
 	if r.Backend != "go:parallelism=8" || !strings.Contains(r.BackendWhy, "$GOMLX_BACKEND") || r.Environment[ograph.EnvBackend] != "go:parallelism=8" {
 		t.Errorf("env does not explain the backend chosen from $GOMLX_BACKEND: %+v", r)
+	}
+}
+
+func TestTrainJSON(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runTrain([]string{"--steps", "3", "--json", "--remat", "block", "--microbatches", "2"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Config string
+		Steps  []struct {
+			Step int
+			Loss float64
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if len(r.Steps) != 3 || r.Steps[2].Step != 3 || r.Steps[0].Loss <= 0 || !strings.Contains(r.Config, "remat block") {
+		t.Errorf("unexpected history: %+v", r)
+	}
+}
+
+func TestTrainBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--microbatches", "3"}, "a batch of 16 does not split into 3 equal micro-batches"},
+		{[]string{"--policy", "compute=int8"}, "int8"},
+		{[]string{"--preset", "huge"}, `unknown GPT preset "huge"`},
+		{[]string{"--remat", "mlp", "--model", "mlp"}, "no blocks to rematerialize"},
+		{[]string{"--data", "wiki"}, `unknown --data "wiki"`},
+		{[]string{"--policy", "f16"}, "bfloat16"},
+	} {
+		err := runTrain(c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
+		}
 	}
 }
