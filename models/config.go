@@ -8,16 +8,19 @@ import (
 
 // GPTConfig is the shape of the tutorial's GPT and of its training batch.
 type GPTConfig struct {
-	Hidden      int     // width of the residual stream
-	Layers      int     // transformer blocks
-	HeadDim     int     // width of one attention head; heads = Hidden / HeadDim
-	MLPFactor   int     // the MLP's hidden width is MLPFactor·Hidden
-	SeqLen      int     // tokens per sequence (and learned positions)
-	Vocab       int     // token ids are in [0, Vocab); also the number of outputs
-	Dropout     float64 // dropout rate after each block's output projection, while training
-	Batch       int     // sequences per optimizer step
-	MicroBatch  int     // micro-batches the batch is split into (gradient accumulation)
-	Description string  // one line for people
+	Hidden     int     // width of the residual stream
+	Layers     int     // transformer blocks
+	HeadDim    int     // width of one attention head; heads = Hidden / HeadDim
+	MLPFactor  int     // the MLP's hidden width is MLPFactor·Hidden
+	SeqLen     int     // tokens per sequence (and learned positions)
+	Vocab      int     // token ids are in [0, Vocab); also the number of outputs
+	Dropout    float64 // dropout rate after each block's output projection, while training
+	Batch      int     // sequences per optimizer step
+	MicroBatch int     // micro-batches the batch is split into (gradient accumulation)
+	// LearningRate is the peak of the warm-up/exponential-decay schedule: the tutorial's 4e-4 for
+	// its model, larger for the small presets so that a short CPU run shows learning.
+	LearningRate float64
+	Description  string // one line for people
 }
 
 // Heads is Hidden / HeadDim.
@@ -60,11 +63,11 @@ func (c GPTConfig) Params() int64 {
 // and "tiny" train on a few CPU cores (a byte-level vocabulary of 256 fits the text corpus).
 var Presets = map[string]GPTConfig{
 	"tutorial": {Hidden: 1024, Layers: 12, HeadDim: 128, MLPFactor: 4, SeqLen: 512, Vocab: 2048, Dropout: 0.1,
-		Batch: 64, MicroBatch: 4, Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},
+		Batch: 64, MicroBatch: 4, LearningRate: 4e-4, Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},
 	"small": {Hidden: 256, Layers: 4, HeadDim: 64, MLPFactor: 4, SeqLen: 128, Vocab: 256, Dropout: 0.1,
-		Batch: 16, MicroBatch: 4, Description: "4 layers, hidden 256, 4 heads of 64, sequence 128 (minutes on a CPU)"},
+		Batch: 16, MicroBatch: 4, LearningRate: 1e-3, Description: "4 layers, hidden 256, 4 heads of 64, sequence 128 (minutes on a CPU)"},
 	"tiny": {Hidden: 64, Layers: 2, HeadDim: 32, MLPFactor: 4, SeqLen: 64, Vocab: 256, Dropout: 0.1,
-		Batch: 16, MicroBatch: 4, Description: "2 layers, hidden 64, 2 heads of 32, sequence 64 (seconds on a CPU)"},
+		Batch: 16, MicroBatch: 4, LearningRate: 3e-3, Description: "2 layers, hidden 64, 2 heads of 32, sequence 64 (seconds on a CPU)"},
 }
 
 // Preset returns the named preset, or an error listing the presets.
