@@ -171,7 +171,7 @@ func relL2(got, want []float64) float64 {
 // maskWithUnequalCounts returns a float32 mask of batch rows in which the i-th block of batch/8
 // rows keeps about (i+1)/8 of its rows: every split into 2, 4 or 8 micro-batches has micro-batches
 // with different numbers of rows that count.
-func maskWithUnequalCounts(batch int) *tensors.Tensor {
+func maskWithUnequalCounts(batch int) []float32 {
 	block := batch / 8
 	m := make([]float32, batch)
 	for r := range m {
@@ -179,7 +179,7 @@ func maskWithUnequalCounts(batch int) *tensors.Tensor {
 			m[r] = 1
 		}
 	}
-	return tensors.FromFlatDataAndDimensions(m, batch)
+	return m
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

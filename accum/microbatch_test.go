@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -20,9 +21,9 @@ import (
 
 // fullBatchGradients returns the masked mean loss, the masked accuracy and the gradients of the
 // tutorial MLP on the whole batch, computed the plain way: one loss, one Gradient call.
-func fullBatchGradients(t *testing.T, x, labels, mask *tensors.Tensor) (loss, acc float64, grads [][]float64) {
+func fullBatchGradients(t *testing.T, backend backends.Backend, x, labels, mask *tensors.Tensor) (loss, acc float64, grads [][]float64) {
 	ctx := context.New()
-	exec, err := context.NewExec(embedded(), ctx, func(ctx *context.Context, x, labels, mask *graph.Node) []*graph.Node {
+	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, x, labels, mask *graph.Node) []*graph.Node {
 		losses := perExampleLoss(ctx, x, labels, dtypes.Float32)
 		count := graph.ReduceAllSum(mask)
 		loss := graph.Div(graph.ReduceAllSum(graph.Mul(losses, mask)), count)
@@ -45,9 +46,9 @@ func fullBatchGradients(t *testing.T, x, labels, mask *tensors.Tensor) (loss, ac
 
 // accumulatedGradients runs accum.Gradients with k micro-batches and returns the loss, the first
 // metric, the count and the gradients.
-func accumulatedGradients(t *testing.T, k int, lossFn accum.LossFn, x, labels, mask *tensors.Tensor) (loss, metric, count float64, grads [][]float64) {
+func accumulatedGradients(t *testing.T, backend backends.Backend, k int, lossFn accum.LossFn, x, labels, mask *tensors.Tensor) (loss, metric, count float64, grads [][]float64) {
 	ctx := context.New()
-	exec := execStep(t, embedded(), ctx, func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+	exec := execStep(t, backend, ctx, func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		r := accum.Gradients(ctx, k, inputs, lossFn)
 		for i, grad := range r.Gradients {
 			if grad.DType() != dtypes.Float32 {
@@ -69,25 +70,39 @@ func accumulatedGradients(t *testing.T, k int, lossFn accum.LossFn, x, labels, m
 // counting and with a mask that gives the micro-batches different numbers of examples; averaging
 // the micro-batches' means instead (the 2024 gradient-accumulation bug) is off by far more.
 func TestGradientsMatchFullBatch(t *testing.T) {
+	for _, backend := range backendsUnderTest() {
+		t.Run(backend.Name(), func(t *testing.T) { testGradientsMatchFullBatch(t, backend) })
+	}
+}
+
+func testGradientsMatchFullBatch(t *testing.T, backend backends.Backend) {
 	const batch = 64
-	x, labels := tutorialmlp.RandomBatch(1, batch)
 	ones := make([]float32, batch)
 	for i := range ones {
 		ones[i] = 1
 	}
-	masks := map[string]*tensors.Tensor{
-		"all examples":   tensors.FromFlatDataAndDimensions(ones, batch),
-		"unequal counts": maskWithUnequalCounts(batch),
-	}
-	for name, mask := range masks {
-		wantLoss, wantAcc, wantGrads := fullBatchGradients(t, x, labels, mask)
+	for _, tc := range []struct {
+		name string
+		mask []float32
+	}{
+		{"all examples", ones},
+		{"unequal counts", maskWithUnequalCounts(batch)},
+	} {
+		// Fresh tensors for every executable: a tensor used on one backend cannot move to another.
+		inputs := func() (x, labels, mask *tensors.Tensor) {
+			x, labels = tutorialmlp.RandomBatch(1, batch)
+			return x, labels, tensors.FromFlatDataAndDimensions(tc.mask, batch)
+		}
+		x, labels, mask := inputs()
+		wantLoss, wantAcc, wantGrads := fullBatchGradients(t, backend, x, labels, mask)
 		wantCount := 0.0
-		for _, m := range flatFloat64(mask) {
-			wantCount += m
+		for _, m := range tc.mask {
+			wantCount += float64(m)
 		}
 		for _, k := range []int{1, 2, 4, 8} {
-			t.Run(fmt.Sprintf("%s/k=%d", name, k), func(t *testing.T) {
-				loss, acc, count, grads := accumulatedGradients(t, k, maskedMLPLoss(dtypes.Float32), x, labels, mask)
+			t.Run(fmt.Sprintf("%s/k=%d", tc.name, k), func(t *testing.T) {
+				x, labels, mask := inputs()
+				loss, acc, count, grads := accumulatedGradients(t, backend, k, maskedMLPLoss(dtypes.Float32), x, labels, mask)
 				if e := math.Abs(loss-wantLoss) / wantLoss; e > 1e-6 {
 					t.Errorf("loss %.8g, full batch %.8g (relative error %.2g)", loss, wantLoss, e)
 				}
@@ -108,12 +123,15 @@ func TestGradientsMatchFullBatch(t *testing.T) {
 	}
 
 	// The naive way: each micro-batch's mean counts the same (MeanLoss of a masked mean).
-	mask := masks["unequal counts"]
-	_, _, wantGrads := fullBatchGradients(t, x, labels, mask)
+	x, labels := tutorialmlp.RandomBatch(1, batch)
+	mask := tensors.FromFlatDataAndDimensions(maskWithUnequalCounts(batch), batch)
+	_, _, wantGrads := fullBatchGradients(t, backend, x, labels, mask)
 	naive := accum.MeanLoss(func(ctx *context.Context, b []*graph.Node) *graph.Node {
 		return accum.MaskedMean(perExampleLoss(ctx, b[0], b[1], dtypes.Float32), b[2]).Value()
 	})
-	_, _, _, grads := accumulatedGradients(t, 4, naive, x, labels, mask)
+	x, labels = tutorialmlp.RandomBatch(1, batch)
+	mask = tensors.FromFlatDataAndDimensions(maskWithUnequalCounts(batch), batch)
+	_, _, _, grads := accumulatedGradients(t, backend, 4, naive, x, labels, mask)
 	worst := 0.0
 	for i := range wantGrads {
 		worst = max(worst, relL2(grads[i], wantGrads[i]))
@@ -129,8 +147,8 @@ func TestGradientsMatchFullBatch(t *testing.T) {
 func TestGradientsBFloat16Compute(t *testing.T) {
 	const batch = 64
 	x, labels := tutorialmlp.RandomBatch(2, batch)
-	mask := maskWithUnequalCounts(batch)
-	_, _, wantGrads := fullBatchGradients(t, x, labels, mask)
+	mask := tensors.FromFlatDataAndDimensions(maskWithUnequalCounts(batch), batch)
+	_, _, wantGrads := fullBatchGradients(t, embedded(), x, labels, mask)
 	ctx := context.New()
 	exec := execStep(t, embedded(), ctx, func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		r := accum.Gradients(ctx, 8, inputs, maskedMLPLoss(dtypes.BFloat16))

@@ -42,17 +42,24 @@ func mlpUpdate(opt optimizers.Interface, schedule bool) accum.StepFn {
 	}
 }
 
-// part returns the i-th of n equal slices of t along axis 0.
+// part returns the i-th of n equal slices of t along axis 0, as a new host tensor.
 func part(t *tensors.Tensor, i, n int) *tensors.Tensor {
-	rows := t.Shape().Dim(0) / n
-	exec, err := graph.NewExec(embedded(), func(x *graph.Node) *graph.Node {
-		return graph.Slice(x, graph.AxisRange(i*rows, (i+1)*rows))
+	dims := t.Shape().Clone().Dimensions
+	rows := dims[0] / n
+	size := t.Shape().Size() / dims[0] * rows
+	dims[0] = rows
+	var out *tensors.Tensor
+	t.ConstFlatData(func(flat any) {
+		switch v := flat.(type) {
+		case []float32:
+			out = tensors.FromFlatDataAndDimensions(append([]float32(nil), v[i*size:(i+1)*size]...), dims...)
+		case []int32:
+			out = tensors.FromFlatDataAndDimensions(append([]int32(nil), v[i*size:(i+1)*size]...), dims...)
+		default:
+			panic(fmt.Sprintf("part: unsupported %T", flat))
+		}
 	})
-	if err != nil {
-		panic(err)
-	}
-	defer exec.Finalize()
-	return exec.MustExec1(t)
+	return out
 }
 
 func newMultiSteps(t testing.TB, inner optimizers.Interface, every int) *accum.MultiSteps {
@@ -94,10 +101,6 @@ func compareVariables(t *testing.T, what string, got, want map[string][]float64,
 // 1e-6) and Adam (within 1e-5).
 func TestMultiStepsEqualsBigBatch(t *testing.T) {
 	const batch, every = 128, 4
-	xs, ys := make([]*tensors.Tensor, 2), make([]*tensors.Tensor, 2)
-	for b := range xs {
-		xs[b], ys[b] = tutorialmlp.RandomBatch(uint64(20+b), batch)
-	}
 	for _, backend := range backendsUnderTest() {
 		for _, tc := range []struct {
 			name  string
@@ -110,6 +113,10 @@ func TestMultiStepsEqualsBigBatch(t *testing.T) {
 			{"Adam", func() optimizers.Interface { return optimizers.Adam().LearningRate(1e-2).Done() }, 1e-5},
 		} {
 			t.Run(backend.Name()+"/"+tc.name, func(t *testing.T) {
+				xs, ys := make([]*tensors.Tensor, 2), make([]*tensors.Tensor, 2)
+				for b := range xs {
+					xs[b], ys[b] = tutorialmlp.RandomBatch(uint64(20+b), batch)
+				}
 				big := context.New()
 				bigExec := execStep(t, backend, big, mlpUpdate(tc.inner(), false))
 				small := context.New()
@@ -198,7 +205,7 @@ func TestMultiStepsCounters(t *testing.T) {
 func TestMultiStepsWeightedByCount(t *testing.T) {
 	const batch, every = 128, 4
 	x, labels := tutorialmlp.RandomBatch(6, batch)
-	mask := maskWithUnequalCounts(batch)
+	mask := tensors.FromFlatDataAndDimensions(maskWithUnequalCounts(batch), batch)
 	sgd := func() optimizers.Interface {
 		return optimizers.StochasticGradientDescent().WithDecay(false).WithLearningRate(0.5)
 	}
