@@ -6,11 +6,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -203,3 +207,53 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestApplyResultChecksScaling: a MultiSteps refuses gradients scaled differently from its own
+// setting, while the graph is built.
+func TestApplyResultChecksScaling(t *testing.T) {
+	inputs := []shapes.Shape{shapes.Make(dtypes.Float32, 64, tutorialmlp.Inputs), shapes.Make(dtypes.Int32, 64)}
+	sgd := optimizers.StochasticGradientDescent()
+	for _, tc := range []struct {
+		name   string
+		ms     *accum.MultiSteps
+		scaled bool
+		want   string
+	}{
+		{"scaled gradients, no loss scale", newMultiSteps(t, sgd, 2), true, "use Gradients"},
+		{"unscaled gradients, loss scale", newMultiSteps(t, sgd, 2).WithLossScale(mixed.StaticLossScale(8)), false, "use ScaledGradients"},
+	} {
+		_, err := ograph.ContextProgram(embedded(), context.New(), "step", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			var r *accum.Result
+			if tc.scaled {
+				r = accum.ScaledGradients(ctx, 2, in, mlpMeanLoss, mixed.StaticLossScale(8))
+			} else {
+				r = accum.Gradients(ctx, 2, in, mlpMeanLoss)
+			}
+			tc.ms.ApplyResult(ctx, in[0].Graph(), r)
+			return r.Outputs()
+		})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one that says %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestMultiStepsClear: Clear drops a partly accumulated window, the accumulators and Adam's state.
+func TestMultiStepsClear(t *testing.T) {
+	ctx := context.New()
+	ms := newMultiSteps(t, optimizers.Adam().Done(), 4)
+	exec := execStep(t, embedded(), ctx, mlpUpdate(ms, false))
+	x, labels := tutorialmlp.RandomBatch(3, 16)
+	call(t, exec, x, labels)
+	if err := ms.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name := range variables(t, ctx) {
+		if strings.HasPrefix(name, accum.DefaultScope+"/") || strings.HasPrefix(name, "/"+optimizers.AdamDefaultScope+"/") {
+			t.Errorf("%s survived Clear", name)
+		}
+	}
+	if stats, err := ms.Stats(ctx); err != nil || stats != (accum.MultiStepsStats{}) {
+		t.Errorf("after Clear: %+v, %v; want zero counters", stats, err)
+	}
+}
