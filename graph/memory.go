@@ -289,6 +289,7 @@ func classify(p *Program, needed []bool) []Kind {
 	kinds := make([]Kind, len(nodes))
 	dependsOnData := make([]bool, len(nodes))
 	dependsOnState := make([]bool, len(nodes))
+	dependsOnWeights := make([]bool, len(nodes))
 	forward := make([]bool, len(nodes))
 	if p.Loss != nil {
 		for id, isAncestor := range neededNodes(p.Graph, []*graph.Node{p.Loss}) {
@@ -310,10 +311,14 @@ func classify(p *Program, needed []bool) []Kind {
 		case graph.NodeTypeParameter:
 			switch {
 			case p.Trainable[id]:
-				kinds[id] = Parameters
+				kinds[id], dependsOnWeights[id] = Parameters, true
+			case p.State[id] && !n.DType().IsFloat():
+				// Integer state is a random-number generator's or a counter: what it feeds (dropout
+				// masks) is per-batch, like the data.
+				kinds[id], dependsOnData[id] = OptimizerState, !n.IsScalar()
 			case p.State[id]:
-				// Only tensor state (optimizer moments) marks what it feeds as optimizer work:
-				// every gradient depends on a loss scale, a step counter or a learning rate.
+				// Only float tensor state (optimizer moments) marks what it feeds as optimizer
+				// work: every gradient depends on a loss scale or a learning rate.
 				kinds[id], dependsOnState[id] = OptimizerState, !n.IsScalar()
 			default:
 				kinds[id], dependsOnData[id] = Activations, true
@@ -326,6 +331,7 @@ func classify(p *Program, needed []bool) []Kind {
 		for _, in := range n.Inputs() {
 			dependsOnData[id] = dependsOnData[id] || dependsOnData[in.Id()]
 			dependsOnState[id] = dependsOnState[id] || dependsOnState[in.Id()]
+			dependsOnWeights[id] = dependsOnWeights[id] || dependsOnWeights[in.Id()]
 		}
 		weightShaped := weightShapes[dimsKey(n.Shape())]
 		switch {
@@ -335,7 +341,7 @@ func classify(p *Program, needed []bool) []Kind {
 			kinds[id] = Parameters
 		case !dependsOnData[id] && dependsOnState[id]:
 			kinds[id] = OptimizerState
-		case !dependsOnData[id]:
+		case !dependsOnData[id] && dependsOnWeights[id]:
 			kinds[id] = Parameters // casts and copies of the weights
 		case p.Loss != nil && !forward[id] && dependsOnState[id]:
 			kinds[id] = OptimizerState // the update: moments and their temporaries

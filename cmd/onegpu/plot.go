@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/onegpu/onegpu/train"
 )
@@ -29,4 +32,61 @@ func plotLoss(file, title string, h *train.History) error {
 		return fmt.Errorf("writing the loss curve to %s: %w", file, err)
 	}
 	return nil
+}
+
+// plotBench writes two bar charts, one above the other: the estimated peak memory and the step
+// time of each configuration of the grid.
+func plotBench(file, heading string, rows []benchRow) error {
+	labels := make([]string, len(rows))
+	memory := make(plotter.Values, len(rows))
+	times := make(plotter.Values, len(rows))
+	for i, r := range rows {
+		labels[i] = fmt.Sprintf("%s\n%s k%d", shortDType(r.Compute), r.Remat, r.MicroBatches)
+		memory[i] = float64(r.PeakBytes) / (1 << 20)
+		times[i] = r.StepSeconds
+	}
+	chart := func(title, unit string, values plotter.Values) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = unit
+		bars, err := plotter.NewBarChart(values, vg.Points(18))
+		if err != nil {
+			return nil, err
+		}
+		p.Add(bars, plotter.NewGrid())
+		p.NominalX(labels...)
+		return p, nil
+	}
+	top, err := chart(heading+": estimated peak memory", "MiB", memory)
+	if err != nil {
+		return fmt.Errorf("plotting memory: %w", err)
+	}
+	bottom, err := chart("step time", "seconds", times)
+	if err != nil {
+		return fmt.Errorf("plotting time: %w", err)
+	}
+	const width, height = 11 * vg.Inch, 8 * vg.Inch
+	img := vgimg.New(width, height)
+	canvas := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadY: vg.Points(12)}
+	plots := [][]*plot.Plot{{top}, {bottom}}
+	for i, row := range plot.Align(plots, tiles, canvas) {
+		plots[i][0].Draw(row[0])
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return f.Close()
+}
+
+func shortDType(name string) string {
+	if name == "bfloat16" {
+		return "bf16"
+	}
+	return "f32"
 }

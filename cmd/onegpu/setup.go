@@ -118,6 +118,14 @@ func title(c train.Config) string {
 		c.Policy.Compute, c.Remat, c.MicroBatches)
 }
 
+// modelTitle names a config's model without its techniques, for plots of several techniques.
+func modelTitle(c train.Config) string {
+	if c.Model == "mlp" {
+		return "tutorial MLP"
+	}
+	return fmt.Sprintf("GPT %d layers × hidden %d, batch %d×%d", c.GPT.Layers, c.GPT.Hidden, c.Batch, c.GPT.SeqLen)
+}
+
 // describe is a one-line description of a config.
 func describe(c train.Config) string {
 	if c.Model == "mlp" {

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train"
+)
+
+func init() {
+	register(command{
+		name:    "bench",
+		summary: "run the tutorial's experiment grid (f32/bf16 × remat × micro-batches): memory, FLOPs, step time, ratios",
+		run:     func(args []string) error { return runBench(args, os.Stdout) },
+	})
+}
+
+// benchRow is one configuration's results.
+type benchRow struct {
+	variant
+	estimate
+	// MeasuredPeakBytes is the heap peak above the step's inputs on the embedded backend (the
+	// least of two measured steps); 0 when not measured.
+	MeasuredPeakBytes int64   `json:"measured_peak_bytes,omitempty"`
+	StepSeconds       float64 `json:"step_seconds,omitempty"`
+	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
+	// Ratios to the first row (float32, no remat, 1 micro-batch).
+	PeakRatio, ActivationRatio, TimeRatio float64
+	Error                                 string `json:"error,omitempty"`
+}
+
+func runBench(args []string, w io.Writer) error {
+	fs := newFlagSet("bench", "[--preset P] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
+	var s setup
+	s.register(fs, "gpt", "tiny")
+	steps := fs.Int("steps", 3, "timed steps per configuration (after one that compiles)")
+	estimateOnly := fs.Bool("estimate-only", false, "only build and analyze each step; run nothing")
+	plotFile := fs.String("plot", "", "write memory and time per configuration to this PNG file")
+	asJSON := fs.Bool("json", false, "print the grid as one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if s.model != "gpt" {
+		return fmt.Errorf("--model %s: the tutorial's grid varies remat over transformer blocks; bench the gpt", s.model)
+	}
+	base, err := s.config()
+	if err != nil {
+		return err
+	}
+	backend, spec, err := s.newBackend()
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	var progress io.Writer = w
+	if *asJSON {
+		progress = io.Discard
+	}
+	fmt.Fprintf(progress, "benchmarking %s\non %s\n", describe(base), spec)
+	rows, err := benchGrid(backend, spec, base, *steps, *estimateOnly, progress)
+	if err != nil {
+		return err
+	}
+	if *plotFile != "" {
+		if err := plotBench(*plotFile, modelTitle(base), rows); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		return writeJSON(w, struct {
+			Config  string     `json:"config"`
+			Backend string     `json:"backend"`
+			Rows    []benchRow `json:"rows"`
+		}{describe(base), spec.String(), rows})
+	}
+	writeBenchTable(w, rows, spec.Kind == "xla")
+	if *plotFile != "" {
+		fmt.Fprintf(w, "plot: %s\n", *plotFile)
+	}
+	return nil
+}
+
+// benchGrid estimates, and unless estimateOnly runs, every variant of the tutorial's grid.
+func benchGrid(backend backends.Backend, spec ograph.BackendSpec, base train.Config, steps int, estimateOnly bool, progress io.Writer) ([]benchRow, error) {
+	var rows []benchRow
+	for _, v := range tutorialGrid() {
+		row := benchRow{variant: v}
+		config, err := v.apply(base)
+		if err == nil {
+			row.estimate, err = estimateStep(backend, config, spec.Kind == "xla")
+		}
+		if err == nil && !estimateOnly {
+			err = timeSteps(backend, spec, config, steps, &row)
+		}
+		if err != nil {
+			row.Error = err.Error()
+		}
+		fmt.Fprintf(progress, "  %s  estimated peak %10s  %s\n", v, humanBytes(row.PeakBytes), stepSummary(row))
+		rows = append(rows, row)
+	}
+	baseline := rows[0]
+	for i := range rows {
+		r := &rows[i]
+		r.PeakRatio = ratio(r.PeakBytes, baseline.PeakBytes)
+		r.ActivationRatio = ratio(r.ActivationBytes, baseline.ActivationBytes)
+		if baseline.StepSeconds > 0 {
+			r.TimeRatio = r.StepSeconds / baseline.StepSeconds
+		}
+	}
+	return rows, nil
+}
+
+// timeSteps runs steps train steps after a compiling one and records their median time and, on
+// the embedded backend, the heap peak of a step.
+func timeSteps(backend backends.Backend, spec ograph.BackendSpec, config train.Config, steps int, row *benchRow) error {
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return err
+	}
+	defer trainer.Close()
+	data := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	if _, err := trainer.Step(data.Batch(0)); err != nil { // compiles
+		return err
+	}
+	var times []float64
+	var count float64
+	for i := range steps {
+		start := time.Now()
+		m, err := trainer.Step(data.Batch(i + 1))
+		if err != nil {
+			return err
+		}
+		times = append(times, time.Since(start).Seconds())
+		count = m.Count
+	}
+	if len(times) > 0 {
+		slices.Sort(times)
+		row.StepSeconds = times[len(times)/2]
+		row.TokensPerSecond = count / row.StepSeconds
+	}
+	if spec.Kind == "go" {
+		for range 2 { // the least of two: freed buffers awaiting a collection only add
+			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(data.Batch(0)); return err })
+			if err != nil {
+				return err
+			}
+			if row.MeasuredPeakBytes == 0 || h.AboveBaseline() < row.MeasuredPeakBytes {
+				row.MeasuredPeakBytes = h.AboveBaseline()
+			}
+		}
+	}
+	return nil
+}
+
+func stepSummary(r benchRow) string {
+	switch {
+	case r.Error != "":
+		return "error: " + r.Error
+	case r.StepSeconds > 0:
+		return fmt.Sprintf("step %.2fs", r.StepSeconds)
+	}
+	return ""
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func writeBenchTable(w io.Writer, rows []benchRow, xla bool) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-8s %-8s %2s | %10s %6s %10s %6s | %10s | %9s %6s %11s\n", "compute", "remat", "k",
+		"est. peak", "ratio", "est. act.", "ratio", measuredHeader(xla), "step", "ratio", "tokens/s")
+	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%-8s %-8s %2d | error: %s\n", r.Compute, r.Remat, r.MicroBatches, r.Error)
+			continue
+		}
+		measured := "-"
+		switch {
+		case r.XLA != nil:
+			measured = humanBytes(r.XLA.TotalBytes())
+		case r.MeasuredPeakBytes > 0:
+			measured = humanBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
+		}
+		step, timeRatio, tokens := "-", "-", "-"
+		if r.StepSeconds > 0 {
+			step, timeRatio, tokens = fmt.Sprintf("%.3fs", r.StepSeconds), fmt.Sprintf("%.2fx", r.TimeRatio), fmt.Sprintf("%.0f", r.TokensPerSecond)
+		}
+		fmt.Fprintf(w, "%-8s %-8s %2d | %10s %5.2fx %10s %5.2fx | %10s | %9s %6s %11s\n", r.Compute, r.Remat, r.MicroBatches,
+			humanBytes(r.PeakBytes), r.PeakRatio, humanBytes(r.ActivationBytes), r.ActivationRatio, measured, step, timeRatio, tokens)
+	}
+	fmt.Fprintf(w, "\nest. peak: sequential-execution estimate incl. weights and optimizer state; est. act.: its activations;\n")
+	if xla {
+		fmt.Fprintf(w, "XLA total: XLA's compiled memory (arguments + outputs - aliases + temporaries).\n")
+	} else {
+		fmt.Fprintf(w, "measured: the step's inputs (exact) plus the Go heap's peak above them (GOGC=10, continuous collection,\n")
+		fmt.Fprintf(w, "least of two steps); steps of a few MiB read a little high.\n")
+	}
+	fmt.Fprintf(w, "ratios are to the first row (float32, no remat, 1 micro-batch), measured in this run.\n")
+}
+
+func measuredHeader(xla bool) string {
+	if xla {
+		return "XLA total"
+	}
+	return "measured"
+}

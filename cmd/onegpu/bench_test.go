@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// TestBenchOrdering: the grid's estimates order as the tutorial found: float32 needs more memory
+// than bfloat16, which needs more than bfloat16 with remat; and 4 micro-batches keep fewer
+// activations than 1, for every precision and remat choice.
+func TestBenchOrdering(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runBench([]string{"--preset", "small", "--estimate-only", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Rows []benchRow }
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	peak := map[variant]int64{}
+	act := map[variant]int64{}
+	for _, row := range r.Rows {
+		if row.Error != "" {
+			t.Fatalf("%s: %s", row.variant, row.Error)
+		}
+		peak[row.variant], act[row.variant] = row.PeakBytes, row.ActivationBytes
+	}
+	f32, bf16, bf16Remat := variant{"float32", "none", 1}, variant{"bfloat16", "none", 1}, variant{"bfloat16", "mlp,attn", 1}
+	if !(peak[f32] > peak[bf16] && peak[bf16] > peak[bf16Remat]) {
+		t.Errorf("peak memory f32 %d, bf16 %d, bf16+remat %d: want strictly decreasing", peak[f32], peak[bf16], peak[bf16Remat])
+	}
+	for v := range peak {
+		if v.MicroBatches != 4 {
+			continue
+		}
+		one := v
+		one.MicroBatches = 1
+		if act[v] >= act[one] {
+			t.Errorf("%s: activations %d with 4 micro-batches, %d with 1; want fewer with 4", v, act[v], act[one])
+		}
+	}
+}

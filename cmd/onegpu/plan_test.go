@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+func TestPlan(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runPlan([]string{"--preset", "tiny", "--budget", "6MiB", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		BudgetBytes int64 `json:"budget_bytes"`
+		Best        *planRow
+		Rows        []planRow
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.BudgetBytes != 6<<20 || r.Best == nil || r.Best.PeakBytes > r.BudgetBytes {
+		t.Fatalf("budget %d, best %+v: want a configuration within the budget", r.BudgetBytes, r.Best)
+	}
+	for _, row := range r.Rows {
+		if row.Fits && row.Seconds < r.Best.Seconds {
+			t.Errorf("%s fits and is faster (%.4fs) than the chosen %s (%.4fs)", row.variant, row.Seconds, r.Best.variant, r.Best.Seconds)
+		}
+	}
+
+	out.Reset()
+	if err := runPlan([]string{"--preset", "tiny", "--budget", "1KiB"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "nothing fits") || !strings.Contains(out.String(), "more than the budget") {
+		t.Errorf("a budget nothing fits should say so and by how much:\n%s", out.String())
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for text, want := range map[string]int64{"24GiB": 24 << 30, "80GB": 80e9, "512 MiB": 512 << 20, "1.5TiB": 3 << 39, "1000": 1000, "64kb": 64e3} {
+		if got, err := parseBytes(text); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", text, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1GiB", "GiB"} {
+		if _, err := parseBytes(bad); err == nil || !strings.Contains(err.Error(), "24GiB") {
+			t.Errorf("parseBytes(%q): error %v, want one showing the accepted form", bad, err)
+		}
+	}
+}
