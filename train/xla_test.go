@@ -1,0 +1,75 @@
+package train_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/train"
+)
+
+// xlaTemporaryBytes compiles config's train step with XLA and returns its temporary bytes.
+func xlaTemporaryBytes(t *testing.T, backend backends.Backend, config train.Config) int64 {
+	t.Helper()
+	tr, err := train.New(backend, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tr.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Graph.Finalize()
+	compiled, err := ograph.CompileProgram(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compiled.TemporaryBytes
+}
+
+// TestXLAKeepsRematAndSerialization proves on a real compiler what the embedded backend cannot:
+// XLA does not merge a rematerialized block's recomputation back into the forward pass (common-
+// subexpression elimination would), so remat lowers its temporary memory; and it does not
+// interleave the micro-batches, so 4 of them need far less than one big batch.
+func TestXLAKeepsRematAndSerialization(t *testing.T) {
+	path := os.Getenv(ograph.EnvPlugin)
+	if path == "" {
+		t.Skipf("needs an XLA PJRT plugin: set $%s (pip install lammps-jax-pjrt-cpu)", ograph.EnvPlugin)
+	}
+	backend, err := ograph.NewBackend("xla:" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Finalize()
+	base := tinyConfig(t)
+	base.GPT = models.Presets["small"]
+	base.GPT.Layers = 2
+	base.Batch, base.MicroBatches = 16, 1
+	base.Policy, _ = mixed.ParsePolicy("float32")
+	base.Remat = models.RematSpec{}
+	plain := xlaTemporaryBytes(t, backend, base)
+
+	withRemat := base
+	withRemat.Remat = models.RematSpec{MLP: true, Attn: true}
+	remat := xlaTemporaryBytes(t, backend, withRemat)
+
+	micro := base
+	micro.MicroBatches = 4
+	micro.GPT.MicroBatch = 4
+	serialized := xlaTemporaryBytes(t, backend, micro)
+
+	t.Logf("XLA temporary bytes: plain %.1f MiB, remat of MLP and attention %.1f MiB (%.2fx), 4 micro-batches %.1f MiB (%.2fx)",
+		mib(plain), mib(remat), float64(remat)/float64(plain), mib(serialized), float64(serialized)/float64(plain))
+	if float64(remat) > 0.5*float64(plain) {
+		t.Errorf("remat keeps %.2fx the temporaries of the plain step; XLA merged the recomputation back?", float64(remat)/float64(plain))
+	}
+	if float64(serialized) > 0.5*float64(plain) {
+		t.Errorf("4 micro-batches keep %.2fx the temporaries of one batch; XLA interleaved them?", float64(serialized)/float64(plain))
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
