@@ -345,7 +345,9 @@ func classify(p *Program, needed []bool) []Kind {
 			kinds[id] = Parameters // casts and copies of the weights
 		case p.Loss != nil && !forward[id] && dependsOnState[id]:
 			kinds[id] = OptimizerState // the update: moments and their temporaries
-		case p.Loss != nil && !forward[id] && weightShaped:
+		case p.Loss != nil && weightShaped && dependsOnData[id]:
+			// Not only outside the forward pass: with micro-batches the loss depends on the
+			// gradients accumulated over the previous ones.
 			kinds[id] = Gradients
 		default:
 			kinds[id] = Activations
