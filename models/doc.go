@@ -1,0 +1,12 @@
+// Package models holds the tutorial's models — its MLP classifier and its GPT — and the layers
+// they are made of, written for a mixed-precision policy: parameters are created in the policy's
+// param dtype, computed with in its compute dtype, and matmul outputs are tagged for remat
+// policies. Parameter names follow the tutorial's Flax code, so weights move between onegpu and
+// the JAX reference unchanged.
+//
+//	config, _ := models.Preset("tutorial") // 155,877,376 parameters
+//	policy, _ := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
+//	gpt, _ := models.NewGPT(config, policy)
+//	gpt.Remat = models.RematSpec{MLP: true, Attn: true}
+//	logits := gpt.Logits(ctx, tokens) // [batch, length, vocab] float32
+package models
