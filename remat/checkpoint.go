@@ -37,8 +37,9 @@ func (c Config) Policy(p Policy) Config {
 // computed from the block's output cotangent. This keeps XLA from merging the recomputation back
 // into the forward pass (which would keep the activations alive after all) and from scheduling it
 // before its cotangent exists. It costs one elementwise addition per input in the backward pass.
-// The embedded backend never merges nor reorders (in sequential mode), so switching it off there
-// only saves those additions.
+// Values fn closes over cannot get the dependency (fn reads them directly); pass values as inputs
+// where that matters. The embedded backend never merges nor reorders (in sequential mode), so
+// switching it off there only saves those additions.
 func (c Config) PreventCSE(prevent bool) Config {
 	c.allowCSE = !prevent
 	return c
@@ -66,6 +67,11 @@ func (c Config) Named(name string) Config {
 // Checkpoints nest, and several checkpoints may share inputs (parameters shared between blocks).
 // A graph that never asks for gradients (inference) computes the same values; see the package
 // documentation for the few nodes that remain.
+//
+// Checkpoint panics, with a message that says what to do instead, when fn returns a nil node,
+// builds a different graph when it runs again, draws random numbers from a state it does not take
+// as an input (dropout through a context it closes over: use CheckpointCtx), or closes over two
+// values one of which is computed from the other (pass them as inputs).
 func Checkpoint(fn func(inputs []*graph.Node) []*graph.Node, inputs ...*graph.Node) []*graph.Node {
 	return Config{}.Checkpoint(fn, inputs...)
 }
