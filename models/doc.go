@@ -7,6 +7,6 @@
 //	config, _ := models.Preset("tutorial") // 155,877,376 parameters
 //	policy, _ := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
 //	gpt, _ := models.NewGPT(config, policy)
-//	gpt.Remat = models.RematSpec{MLP: true, Attn: true}
+//	gpt.Remat = remat.Spec{MLP: true, Attention: true}
 //	logits := gpt.Logits(ctx, tokens) // [batch, length, vocab] float32
 package models

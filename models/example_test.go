@@ -16,13 +16,3 @@ func ExampleGPTConfig() {
 	// 155877376 8
 	// GPT config: HeadDim = 96 does not divide Hidden = 1024 into heads
 }
-
-func ExampleParseRematSpec() {
-	spec, err := models.ParseRematSpec("mlp,attn")
-	fmt.Println(spec, err)
-	_, err = models.ParseRematSpec("ffn")
-	fmt.Println(err)
-	// Output:
-	// mlp,attn <nil>
-	// unknown remat block "ffn" in "ffn": use none, mlp, attn, mlp,attn or block
-}

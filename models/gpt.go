@@ -2,7 +2,6 @@ package models
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -22,7 +21,7 @@ type GPT struct {
 	Policy mixed.Policy
 	// Remat says which blocks are rematerialized in the backward pass, and RematPolicy what
 	// they save (remat.NothingSaveable by default).
-	Remat       RematSpec
+	Remat       remat.Spec
 	RematPolicy remat.Policy
 	// SoftmaxDType is the attention softmax's dtype; float32 (the tutorial's) when unset.
 	SoftmaxDType dtypes.DType
@@ -79,7 +78,7 @@ func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 	}
 	whole := func(ctx *context.Context, x *graph.Node) *graph.Node {
 		x = graph.Add(x, m.checkpoint(m.Remat.MLP, ctx.In("mlp"), mlp, x))
-		return graph.Add(x, m.checkpoint(m.Remat.Attn, ctx.In("attn"), attn, x))
+		return graph.Add(x, m.checkpoint(m.Remat.Attention, ctx.In("attn"), attn, x))
 	}
 	return m.checkpoint(m.Remat.Block, ctx, whole, x)
 }
@@ -107,47 +106,4 @@ func (m GPT) softmaxDType() dtypes.DType {
 // callers form exact means across micro-batches.
 func (m GPT) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
 	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
-}
-
-// RematSpec says which blocks of the GPT are rematerialized, as the tutorial's config.remat does.
-type RematSpec struct {
-	MLP, Attn, Block bool
-}
-
-// ParseRematSpec reads the tutorial's remat settings: "none", "mlp", "attn", "mlp,attn" or
-// "block" (the whole transformer block).
-func ParseRematSpec(s string) (RematSpec, error) {
-	var spec RematSpec
-	for _, part := range strings.Split(strings.ToLower(s), ",") {
-		switch strings.TrimSpace(part) {
-		case "none", "":
-		case "mlp":
-			spec.MLP = true
-		case "attn", "attention":
-			spec.Attn = true
-		case "block":
-			spec.Block = true
-		default:
-			return RematSpec{}, fmt.Errorf("unknown remat block %q in %q: use none, mlp, attn, mlp,attn or block", part, s)
-		}
-	}
-	return spec, nil
-}
-
-// String writes the spec as ParseRematSpec reads it.
-func (s RematSpec) String() string {
-	var parts []string
-	if s.MLP {
-		parts = append(parts, "mlp")
-	}
-	if s.Attn {
-		parts = append(parts, "attn")
-	}
-	if s.Block {
-		parts = append(parts, "block")
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ",")
 }

@@ -114,7 +114,4 @@ func TestGPTConfigErrors(t *testing.T) {
 	if _, err := models.Preset("huge"); err == nil || !strings.Contains(err.Error(), "tiny") {
 		t.Errorf("Preset(huge) = %v, want an error listing the presets", err)
 	}
-	if _, err := models.ParseRematSpec("mlp,ffn"); err == nil || !strings.Contains(err.Error(), `"ffn"`) {
-		t.Errorf("ParseRematSpec = %v, want an error naming ffn", err)
-	}
 }

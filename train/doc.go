@@ -4,7 +4,7 @@
 // bit-exactly.
 //
 //	trainer, err := train.New(backend, train.Config{Model: "gpt", GPT: tiny, Batch: 16, MicroBatches: 4,
-//		Policy: policy, Remat: models.RematSpec{MLP: true, Attn: true}, Schedule: train.TutorialSchedule})
+//		Policy: policy, Remat: remat.Spec{MLP: true, Attention: true}, Schedule: train.TutorialSchedule})
 //	data, err := train.NewText(train.Corpus, 16, tiny.SeqLen, 1)
 //	history, err := trainer.Run(data, train.RunOptions{Steps: 60, Progress: os.Stdout})
 //

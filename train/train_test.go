@@ -16,6 +16,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -36,7 +37,7 @@ func tinyConfig(t *testing.T) train.Config {
 	}
 	c := models.Presets["tiny"]
 	return train.Config{Model: "gpt", GPT: c, Batch: c.Batch, MicroBatches: c.MicroBatch, Policy: p,
-		Remat: models.RematSpec{MLP: true, Attn: true}, LossScale: "none",
+		Remat: remat.Spec{MLP: true, Attention: true}, LossScale: "none",
 		Schedule: train.Schedule{Peak: 3e-3, WarmupSteps: 10, TransitionSteps: 1, DecayRate: 0.999}, Seed: 7}
 }
 

@@ -30,7 +30,7 @@ type Config struct {
 	// MicroBatches micro-batches whose gradients are accumulated in the step's graph.
 	Batch, MicroBatches int
 	Policy              mixed.Policy
-	Remat               models.RematSpec
+	Remat               remat.Spec
 	RematPolicy         remat.Policy
 	// LossScale is "none", "dynamic" or "static=N" (see ParseLossScale).
 	LossScale string

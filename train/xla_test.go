@@ -9,6 +9,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -50,11 +51,11 @@ func TestXLAKeepsRematAndSerialization(t *testing.T) {
 	base.GPT.Layers = 2
 	base.Batch, base.MicroBatches = 16, 1
 	base.Policy, _ = mixed.ParsePolicy("float32")
-	base.Remat = models.RematSpec{}
+	base.Remat = remat.Spec{}
 	plain := xlaTemporaryBytes(t, backend, base)
 
 	withRemat := base
-	withRemat.Remat = models.RematSpec{MLP: true, Attn: true}
+	withRemat.Remat = remat.Spec{MLP: true, Attention: true}
 	remat := xlaTemporaryBytes(t, backend, withRemat)
 
 	micro := base

@@ -7,7 +7,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -30,7 +30,7 @@ func (v variant) apply(base train.Config) (train.Config, error) {
 	if c.Policy, err = mixed.ParsePolicy("params=float32,compute=" + v.Compute + ",output=float32"); err != nil {
 		return c, err
 	}
-	if c.Remat, err = models.ParseRematSpec(v.Remat); err != nil {
+	if c.Remat, err = remat.ParseSpec(v.Remat); err != nil {
 		return c, err
 	}
 	c.MicroBatches, c.GPT.MicroBatch = v.MicroBatches, v.MicroBatches

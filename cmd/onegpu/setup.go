@@ -71,10 +71,10 @@ func (s *setup) config() (train.Config, error) {
 	if c.Policy, err = mixed.ParsePolicy(policy); err != nil {
 		return c, fmt.Errorf("--policy: %w", err)
 	}
-	if c.Remat, err = models.ParseRematSpec(rematSpec); err != nil {
+	if c.Remat, err = remat.ParseSpec(rematSpec); err != nil {
 		return c, fmt.Errorf("--remat: %w", err)
 	}
-	if s.model == "mlp" && c.Remat != (models.RematSpec{}) {
+	if s.model == "mlp" && !c.Remat.None() {
 		return c, fmt.Errorf("--remat %s: the MLP has no blocks to rematerialize; use --model gpt", rematSpec)
 	}
 	if s.rematPolicy != "" {
