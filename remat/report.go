@@ -108,6 +108,9 @@ func Residuals(p *ograph.Program) (Report, error) {
 	slices.Sort(ids)
 	for _, id := range ids {
 		n := nodes[id]
+		if n.NumOutputs() != 1 {
+			continue // a multi-output op (a random generator): its outputs are the split nodes that read it
+		}
 		r := Residual{Op: n.Type().String(), DType: n.DType().String(), Shape: slices.Clone(n.Shape().Dimensions),
 			Bytes: int64(n.Shape().Memory())}
 		i := owner(records, int(id))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -28,6 +29,7 @@ type memoryOptions struct {
 	stockGradients bool
 	asJSON         bool
 	dumpHLO        string
+	residualDetail bool
 }
 
 func runMemory(args []string, w io.Writer) error {
@@ -37,6 +39,7 @@ func runMemory(args []string, w io.Writer) error {
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder")
+	fs.BoolVar(&o.residualDetail, "residuals", false, "list every value the backward pass keeps from each block (default: one line per block)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,8 +78,10 @@ type memoryReport struct {
 	DTypeFindings   []string         `json:"dtype_findings"`
 	ExecutedNodes   int              `json:"executed_nodes"`
 	XLA             *compiledJSON    `json:"xla_compiled,omitempty"`
+	Residuals       *remat.Report    `json:"remat_residuals,omitempty"`
 	Timeline        []int64          `json:"-"`
 	breakdownByKind [5]int64
+	residualDetail  bool
 }
 
 type tensorJSON struct {
@@ -123,7 +128,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	m := ograph.Analyze(p)
 	r := &memoryReport{
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
-		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
+		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
 		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline,
 	}
@@ -148,6 +153,13 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	r.DTypeFindings = []string{}
 	for _, f := range ograph.Audit(p.Graph, p.Outputs) {
 		r.DTypeFindings = append(r.DTypeFindings, f.String())
+	}
+	if config.Model == "gpt" {
+		report, err := remat.Residuals(p)
+		if err != nil {
+			return nil, err
+		}
+		r.Residuals = &report
 	}
 	if spec.Kind == "xla" {
 		compiled, err := ograph.CompileProgram(p)
@@ -206,6 +218,14 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")
 	for _, t := range r.Largest {
 		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, humanBytes(t.Bytes))
+	}
+	if r.Residuals != nil {
+		fmt.Fprintf(w, "\nwhat the backward pass keeps from each block's forward pass (remat %s):\n", r.Remat)
+		if r.residualDetail {
+			r.Residuals.WriteTable(w)
+		} else {
+			r.Residuals.WriteSummary(w)
+		}
 	}
 	if len(r.DTypeFindings) > 0 {
 		fmt.Fprintf(w, "\ndtype audit: %d findings\n", len(r.DTypeFindings))
