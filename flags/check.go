@@ -13,9 +13,11 @@ const abortUnknown = `XLA aborts the process with "Unknown flags in XLA_FLAGS"`
 // Check reports what build b of XLA would do with every setting of s, before any plugin reads
 // them. The error (a Problems) lists each setting that would abort the process (unknown and
 // removed flags, values XLA cannot parse, a value-taking flag written without '='), each one
-// XLA would silently misread or drop, and the tokenizing problems Parse found. Each problem names
-// the flag, the build and the fix. The warnings list settings XLA accepts that do nothing
-// (deprecated no-ops) or may not mean what they seem (an enum value onegpu does not know).
+// XLA would silently misread or drop, and the tokenizing problems Parse found. Values of flags
+// that XLA parses with setters of their own (Flag.Form) must be ones the build is known to
+// accept: a value onegpu does not know for the build is an error, never a guess. Each problem
+// names the flag, the build and the fix. The warnings list settings XLA accepts that do nothing
+// or may stop working (deprecated flags).
 func (s Set) Check(b Build) (warnings []Problem, err error) {
 	if _, ok := infoOf(b); !ok {
 		_, err := ParseBuild(string(b))
@@ -75,16 +77,35 @@ func checkSetting(st Setting, b Build) (warnings, errs []Problem) {
 		return warnings, fail(fmt.Sprintf("--%s takes a value (%s) after '=': XLA knows no bare --%s, so %s",
 			f.Name, f.Type(), f.Name, abortUnknown), f.Syntax())
 	}
+	if f.Form == FormUnknown {
+		return warnings, fail(fmt.Sprintf("onegpu does not know which values %s accepts for --%s, and XLA aborts the process "+
+			"(\"Flag parsing failed\") on a value its setter does not take", b, f.Name), unknownValuesFix(f.Name, b))
+	}
 	if message := badValue(f, st.Value); message != "" {
 		return warnings, fail(message, f.Syntax())
 	}
-	if f.Kind == KindEnum && len(f.Values) > 0 && !containsFold(f.Values, st.Value) {
-		warnings = append(warnings, Problem{Flag: f.Name, Build: b,
-			Message: fmt.Sprintf("%q is not among the values onegpu knows (%s); XLA aborts the process if %s does not know it either",
-				st.Value, strings.Join(f.Values, ", "), b),
-			Fix: f.Syntax()})
-	}
 	return warnings, nil
+}
+
+// unknownValuesFix says what to do with a flag whose values onegpu does not know for build b:
+// leave it unset, or use a build whose values onegpu knows.
+func unknownValuesFix(name string, b Build) string {
+	fix := "leave --" + name + " unset on " + string(b)
+	var known []string
+	for _, other := range Builds() {
+		f, ok := other.Lookup(name)
+		switch {
+		case !ok || f.Form == FormUnknown:
+		case f.Form == FormAny:
+			known = append(known, fmt.Sprintf("%s (any text)", other))
+		default:
+			known = append(known, fmt.Sprintf("%s (%s)", other, strings.TrimPrefix(f.Syntax(), "--"+name+"=")))
+		}
+	}
+	if len(known) > 0 {
+		fix += ", or use a build whose values onegpu knows: " + strings.Join(known, "; ")
+	}
+	return fix
 }
 
 // cpuRefusesOn holds the bool flags that XLA's CPU plugins refuse to turn on, although true is
@@ -176,14 +197,18 @@ func editDistance(a, b string, limit int) int {
 	return min(prev[len(b)], limit)
 }
 
-func containsFold(values []string, v string) bool {
-	for _, x := range values {
-		if strings.EqualFold(x, v) {
+// accepts reports whether v is one of f.Values, in any case when f.FoldCase.
+func (f Flag) accepts(v string) bool {
+	for _, x := range f.Values {
+		if x == v || f.FoldCase && strings.EqualFold(x, v) {
 			return true
 		}
 	}
 	return false
 }
+
+// setterRefuses ends the message of a value that one of XLA's own setters refuses.
+const setterRefuses = `: XLA's setter refuses it and aborts the process ("Flag parsing failed")`
 
 // badValue returns why XLA would reject or silently distort value for flag f, or "".
 //
@@ -209,12 +234,166 @@ func badValue(f Flag, value string) string {
 		if problem := checkFloat32(value); problem != "" {
 			return fmt.Sprintf("%q %s", value, problem)
 		}
-	case KindEnum:
-		if value == "" {
-			return "an enum flag needs a value: XLA aborts the process on an empty one"
+	}
+	return formProblem(f, value)
+}
+
+// formProblem returns why the build's setter for f refuses value, given f.Form, or "".
+func formProblem(f Flag, value string) string {
+	switch f.Form {
+	case FormUnknown:
+		return "onegpu does not know which values the build accepts for --" + f.Name +
+			", and XLA aborts the process (\"Flag parsing failed\") on a value its setter does not take"
+	case FormEnum:
+		switch {
+		case value == "" && f.AcceptsEmpty, value != "" && f.accepts(value):
+			return ""
+		case value == "":
+			return "the build takes no empty value for --" + f.Name + setterRefuses
+		}
+		return fmt.Sprintf("%q is not a value the build accepts for --%s (%s)%s", value, f.Name, f.valueList(), setterRefuses)
+	case FormNames:
+		return namesProblem(f, value)
+	case FormPairs:
+		return pairsProblem(value)
+	case FormRanges:
+		return rangesProblem(value)
+	case FormDuration:
+		if !isDuration(value) {
+			return fmt.Sprintf("%q is not a duration (30s, 1h30m, 1.5ms, 0, inf)%s", value, setterRefuses)
 		}
 	}
 	return ""
+}
+
+// valueList describes f.Values for a message: "none, warning, fail", and "in any case".
+func (f Flag) valueList() string {
+	s := strings.Join(f.Values, ", ")
+	if f.FoldCase {
+		s += ", in any case"
+	}
+	return s
+}
+
+// namesProblem checks a FormNames list: plain items of f.Values, or (when f.AcceptsEdits) items
+// that all start with + or -, or (when f.AcceptsEmpty) nothing at all.
+func namesProblem(f Flag, value string) string {
+	if value == "" {
+		if f.AcceptsEmpty {
+			return ""
+		}
+		return "the build takes no empty list for --" + f.Name + setterRefuses
+	}
+	items := strings.Split(value, ",")
+	signed := 0
+	for _, item := range items {
+		if item != "" && (item[0] == '+' || item[0] == '-') {
+			signed++
+		}
+	}
+	switch {
+	case signed > 0 && !f.AcceptsEdits:
+		return fmt.Sprintf("%q: the build's --%s takes no +NAME/-NAME items%s", value, f.Name, setterRefuses)
+	case signed > 0 && signed < len(items):
+		return fmt.Sprintf("%q mixes +NAME/-NAME items with plain ones, which XLA takes only apart%s", value, setterRefuses)
+	}
+	for _, item := range items {
+		if signed > 0 {
+			item = item[1:]
+		}
+		if !f.accepts(item) {
+			if item == "" {
+				return fmt.Sprintf("%q has an empty item%s", value, setterRefuses)
+			}
+			return fmt.Sprintf("%q is not an item the build accepts for --%s (%s)%s", item, f.Name, f.valueList(), setterRefuses)
+		}
+	}
+	return ""
+}
+
+// pairsProblem checks xla_fuel's form: PASS=N items, PASS not empty, N an int64.
+func pairsProblem(value string) string {
+	if value == "" {
+		return "xla_fuel's setter reads the empty value as one item without '=' (\"Illegal value for --xla_fuel\")" + setterRefuses
+	}
+	for _, item := range strings.Split(value, ",") {
+		name, n, ok := strings.Cut(item, "=")
+		if !ok || name == "" || strings.Contains(n, "=") || checkInt(n, 64) != "" || strings.TrimLeft(n, cSpace) != n {
+			return fmt.Sprintf("%q is not PASS=N with N an integer (\"Illegal value for --xla_fuel\")%s", item, setterRefuses)
+		}
+	}
+	return ""
+}
+
+// rangesProblem checks a FormRanges value: items N, N:M (N <= M), N: or :M of non-negative
+// int64 numbers written with digits only.
+func rangesProblem(value string) string {
+	index := func(s string) (int64, bool) {
+		if s == "" || strings.Trim(s, "0123456789") != "" || checkInt(s, 64) != "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil
+	}
+	for _, item := range strings.Split(value, ",") {
+		lo, hi, colon := strings.Cut(item, ":")
+		start, okStart := index(lo)
+		end, okEnd := index(hi)
+		switch {
+		case !colon && okStart, colon && okStart && hi == "", colon && lo == "" && okEnd:
+			continue
+		case colon && okStart && okEnd && start <= end:
+			continue
+		case colon && okStart && okEnd:
+			return fmt.Sprintf("%q is a range whose start is after its end%s", item, setterRefuses)
+		}
+		return fmt.Sprintf("%q is not a range N, N:M, N: or :M of non-negative integers%s", item, setterRefuses)
+	}
+	return ""
+}
+
+// isDuration reports whether s is a duration as absl::ParseDuration reads it: an optional sign,
+// then 0, inf, or numbers each followed by a unit (ns, us, ms, s, m, h), as in 1h30m or 1.5s.
+// Integer parts longer than 15 digits are refused, so that no value can overflow.
+func isDuration(s string) bool {
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	if s == "0" || s == "inf" {
+		return true
+	}
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		i, whole := 0, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i, whole = i+1, whole+1
+		}
+		frac := 0
+		if i < len(s) && s[i] == '.' {
+			i++
+			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+				i, frac = i+1, frac+1
+			}
+		}
+		if whole+frac == 0 || whole > 15 {
+			return false
+		}
+		s = s[i:]
+		unit := ""
+		for _, u := range []string{"ns", "us", "ms", "s", "m", "h"} {
+			if strings.HasPrefix(s, u) {
+				unit = u
+				break
+			}
+		}
+		if unit == "" {
+			return false
+		}
+		s = s[len(unit):]
+	}
+	return true
 }
 
 // checkInt returns why value is not a decimal integer of the given width for XLA, or "".

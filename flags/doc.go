@@ -12,7 +12,10 @@
 //     default), cpu-0.115 (lammps-jax-pjrt-cpu 0.11.2, the CPU plugin CI installs, whose table
 //     flags/internal/plugintable derived by asking the plugin) and head (XLA's source);
 //   - splits XLA_FLAGS exactly as XLA does (Parse, ParseEnv, Environment) and checks every
-//     setting against a build (Set.Check), naming the flag, the build and the fix;
+//     setting against a build (Set.Check), naming the flag, the build and the fix. Values of the
+//     flags XLA parses with setters of their own (enums, lists of names, xla_fuel, ...) must be
+//     ones the build is known to take (Flag.Form, Flag.Values: probed from the plugin for
+//     cpu-0.115); where onegpu does not know them for a build, Check refuses every explicit value;
 //   - offers presets for one-GPU training (SingleGPUTraining, Memory, NoAutoRemat,
 //     NoCommandBuffers, FastCompile, AutotuneCache, Dump, Deterministic, and Legacy2024 for
 //     the tutorial's flags), merged under the user's XLA_FLAGS by Resolve;
@@ -31,5 +34,5 @@
 //
 // With ONEGPU_PJRT_PLUGIN naming a CPU plugin of a known build, `go test ./flags/` also holds
 // Check to what that plugin does (TestPluginJudge): texts Check accepts must let a child
-// process create a client, texts it rejects must end it.
+// process create a client, texts it rejects must end it, enum and list values included.
 package flags

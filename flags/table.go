@@ -62,13 +62,72 @@ type Flag struct {
 	// Edits is set for a KindList flag that also takes +NAME/-NAME items, which edit the
 	// current list instead of replacing it (xla_gpu_enable_command_buffer).
 	Edits bool
-	// Values lists the names a KindEnum flag accepts, as far as onegpu knows them; nil when
-	// they are not tabulated.
+	// Form says which values of its kind the build accepts: FormAny for most flags; for the
+	// flags XLA parses with setters of their own (enums, lists of names, xla_fuel, ...), what
+	// their values must look like on this build, or FormUnknown when onegpu does not know.
+	Form Form
+	// Values lists the spellings the build accepts for a FormEnum flag, or for the items of a
+	// FormNames list, as flags/tables says (probed from the plugin for cpu-0.115); nil for the
+	// other forms.
 	Values []string
+	// FoldCase is set when the build accepts Values in any case.
+	FoldCase bool
+	// AcceptsEmpty is set when the build accepts the empty value for a FormEnum or FormNames
+	// flag (an empty list).
+	AcceptsEmpty bool
+	// AcceptsEdits is set when a FormNames list also takes +NAME/-NAME items (every item
+	// signed), which add to or remove from the current list.
+	AcceptsEdits bool
 	// Deprecated is set when the build marks the flag deprecated.
 	Deprecated bool
 	// NoOp is set when the build accepts the flag and ignores it.
 	NoOp bool
+}
+
+// Form is the shape of the values a build accepts for a flag, beyond its kind. XLA parses most
+// flags by kind (bool, int, float, any text) but some with setters of their own, which refuse
+// what they do not recognize and abort the process ("Flag parsing failed").
+type Form int
+
+// The forms of values. The zero Form is FormAny.
+const (
+	// FormAny: any value of the flag's kind; for string and list flags, any text.
+	FormAny Form = iota
+	// FormUnknown: XLA parses the flag with a setter of its own and onegpu does not know which
+	// values this build's setter takes, so Check refuses every explicit value.
+	FormUnknown
+	// FormEnum: one of Flag.Values (in any case when FoldCase).
+	FormEnum
+	// FormNames: comma-separated items of Flag.Values, or +NAME/-NAME items when AcceptsEdits,
+	// or the empty list when AcceptsEmpty.
+	FormNames
+	// FormPairs: comma-separated NAME=INTEGER items (xla_fuel); never empty.
+	FormPairs
+	// FormRanges: comma-separated ranges of non-negative integers: N, N:M with N <= M, N: or :M.
+	FormRanges
+	// FormDuration: a duration as absl::ParseDuration reads it: 30s, 1h30m, 1.5ms, 0 or inf.
+	FormDuration
+)
+
+// String names the form as flags/tables writes it ("any", "unknown", "enum", ...).
+func (f Form) String() string {
+	switch f {
+	case FormAny:
+		return "any"
+	case FormUnknown:
+		return "unknown"
+	case FormEnum:
+		return "enum"
+	case FormNames:
+		return "names"
+	case FormPairs:
+		return "pairs"
+	case FormRanges:
+		return "ranges"
+	case FormDuration:
+		return "duration"
+	}
+	return "form?"
 }
 
 // Type names the flag's value type as XLA does, with the width of integers: "bool", "int32",
@@ -86,6 +145,25 @@ func (f Flag) Type() string {
 // Syntax returns how to write the flag with a placeholder for its value, e.g.
 // "--xla_gpu_autotune_level=<int32>".
 func (f Flag) Syntax() string {
+	values := strings.Join(f.Values, "|")
+	switch f.Form {
+	case FormUnknown:
+		return "leave --" + f.Name + " unset (onegpu does not know the values this build accepts)"
+	case FormEnum:
+		return "--" + f.Name + "=" + values
+	case FormNames:
+		s := "--" + f.Name + "=<item,item,...> with items " + values
+		if f.AcceptsEdits {
+			s += ", or +item,-item,... to edit the list"
+		}
+		return s
+	case FormPairs:
+		return "--" + f.Name + "=PASS=N[,PASS=N...]"
+	case FormRanges:
+		return "--" + f.Name + "=N|N:M|N:|:M[,...]"
+	case FormDuration:
+		return "--" + f.Name + "=<duration: 30s, 1h30m, 1.5ms, 0 or inf>"
+	}
 	switch f.Kind {
 	case KindBool:
 		return "--" + f.Name + "=true|false"
@@ -96,9 +174,6 @@ func (f Flag) Syntax() string {
 	case KindList:
 		return "--" + f.Name + "=<item,item,...>"
 	case KindEnum:
-		if len(f.Values) > 0 {
-			return "--" + f.Name + "=" + strings.Join(f.Values, "|")
-		}
 		return "--" + f.Name + "=<NAME>"
 	}
 	return "--" + f.Name + "=<text>"
@@ -106,13 +181,32 @@ func (f Flag) Syntax() string {
 
 // DescribeDefault says what the flag is set to when XLA_FLAGS does not mention it.
 func (f Flag) DescribeDefault() string {
+	d := f.Default
 	switch {
 	case f.DefaultComputed != "":
 		return "computed by XLA (" + f.DefaultComputed + ")"
 	case f.Default == "" && (f.Kind == KindString || f.Kind == KindList):
-		return "empty"
+		d = "empty"
 	}
-	return f.Default
+	switch {
+	case f.Form == FormUnknown:
+		d += " (onegpu knows no value the build accepts: leave the flag unset to get it)"
+	case f.DefaultRefused() != "":
+		d += " (the build refuses it written out: leave the flag unset to get it)"
+	}
+	return d
+}
+
+// DefaultRefused returns why the build refuses the flag's default written out in XLA_FLAGS, or
+// "" when it accepts it. Some setters refuse the empty value that is their own default (xla_fuel,
+// xla_gpu_disable_async_collectives), and a FormUnknown flag takes no explicit value at all: such
+// a default is had by leaving the flag unset. A computed default, which has no written form, is
+// never refused.
+func (f Flag) DefaultRefused() string {
+	if f.DefaultComputed != "" || f.NoOp {
+		return ""
+	}
+	return badValue(f, f.Default)
 }
 
 // buildInfo is one generated flag table with what onegpu knows of its build.

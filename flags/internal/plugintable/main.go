@@ -11,6 +11,11 @@
 // that has it. A known name in no table gets the type its probes show (see inferType) and an
 // empty default. flags/tables/README.md describes the method; the output starts with comments
 // that record the plugin, the counts and every inference.
+//
+// With -values flags/tables/values_cpu-0.115.tsv it then probes which values the plugin takes
+// for each flag with a setter of its own (values.go): the spellings of the proto enum behind the
+// flag, read from the descriptor the plugin embeds (descriptor.go), in several cases, and lists
+// and edits of them. The rows it writes are what Check accepts for those flags on the build.
 package main
 
 import (
@@ -39,10 +44,11 @@ func main() {
 	flag.StringVar(&o.tables, "tables", "flags/tables", "folder holding builds.tsv and the flag tables")
 	flag.StringVar(&o.extra, "extra", "", "file of extra candidate names, one per line (default TABLES/extra_candidates.txt)")
 	flag.StringVar(&o.out, "out", "", "flag table to write, e.g. flags/tables/flags_pjrtcpu_lammps0.11.2.tsv")
+	flag.StringVar(&o.values, "values", "", "also probe the values of the custom flags and write them here, e.g. flags/tables/values_cpu-0.115.tsv")
 	flag.IntVar(&o.workers, "j", runtime.NumCPU(), "child processes at a time")
 	flag.Parse()
 	if o.plugin == "" || o.out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: plugintable -plugin PATH -out FILE.tsv [-tables DIR] [-extra FILE] [-j N]")
+		fmt.Fprintln(os.Stderr, "usage: plugintable -plugin PATH -out FILE.tsv [-values FILE.tsv] [-tables DIR] [-extra FILE] [-j N]")
 		os.Exit(2)
 	}
 	if o.extra == "" {
@@ -56,6 +62,7 @@ func main() {
 
 type options struct {
 	plugin, tables, extra, out string
+	values                     string // the values table to write; empty: none
 	workers                    int
 	child                      []string  // the child's command; nil runs this executable again
 	log                        io.Writer // progress and notes; nil is standard error
@@ -208,7 +215,20 @@ func run(o options) error {
 			fmt.Fprintf(o.log, "plugintable: %s takes none of the probe values: classify it in custom.tsv\n", in.name)
 		}
 	}
-	return nil
+	if o.values == "" {
+		return nil
+	}
+	data, err := os.ReadFile(plugin)
+	if err != nil {
+		return err
+	}
+	var header strings.Builder
+	fmt.Fprintf(&header, "# Values of the custom flags of the PJRT plugin %s (platform %s, PJRT C API %s, sha256 %s),\n",
+		filepath.Base(plugin), base.Platform, version, sum)
+	fmt.Fprintf(&header, "# derived by asking the plugin: go run ./flags/internal/plugintable -plugin PATH -out flags/tables/%s -values flags/tables/%s\n",
+		outFile, filepath.Base(o.values))
+	header.WriteString("# Do not edit: run the command again (flags/tables/README.md says how it works). Columns as in values.tsv.\n")
+	return writeValues(ctx, o, prober, data, header.String(), outFile, known)
 }
 
 // inference is the type probing found for a flag in no table, and the probes that showed it.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,8 +59,11 @@ func TestRun(t *testing.T) {
 	write("new.tsv", "xla_t\tbool\ttrue\tDEPRECATED\nxla_s\tstring\t\"x\"\t\n")
 	write("derived.tsv", "xla_stale\tbool\tfalse\t\n") // the output is no source of itself
 	write("extra.txt", "# extra names\nxla_b\nxla_l  # a comment\nxla_c\nxla_t\nxla_also_gone\n")
+	write("custom.tsv", "xla_c\tlist-append\t\t\t\n")
+	write("values.tsv", "# build(s)\tflag\tform\tvalues\tevidence\n")
 	o := options{plugin: filepath.Join(dir, "plugin.so"), tables: dir, extra: filepath.Join(dir, "extra.txt"),
-		out: filepath.Join(dir, "derived.tsv"), workers: 3, child: []string{"sh", "-c", fakeXLA}, log: io.Discard}
+		out: filepath.Join(dir, "derived.tsv"), values: filepath.Join(dir, "values_derived.tsv"), workers: 3,
+		child: []string{"sh", "-c", fakeXLA}, log: io.Discard}
 	if err := run(o); err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +87,25 @@ func TestRun(t *testing.T) {
 			t.Errorf("the output lacks %q:\n%s", phrase, got)
 		}
 	}
+	values, err := os.ReadFile(o.values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// xla_c, the one custom flag, takes only the empty value: no row, so Check refuses it all.
+	for _, phrase := range []string{"platform cpu, PJRT C API 0.115", "-values flags/tables/values_derived.tsv",
+		"Probed 1 custom flags", "0 rows", "#   xla_c takes the empty value only"} {
+		if !strings.Contains(string(values), phrase) {
+			t.Errorf("the values lack %q:\n%s", phrase, values)
+		}
+	}
 	if err := run(o); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := os.ReadFile(o.out); string(again) != string(got) {
 		t.Error("a second run wrote another file")
+	}
+	if again, _ := os.ReadFile(o.values); string(again) != string(values) {
+		t.Error("a second run wrote other values")
 	}
 
 	write("builds.tsv", "derived\tderived.tsv\tcpu\t0.114\tthe wrong version\n")
@@ -109,5 +127,119 @@ func TestReadNames(t *testing.T) {
 	}
 	if _, err := readNames(path); err == nil {
 		t.Error("readNames accepted --xla_a=1")
+	}
+}
+
+// fakeSetters stands for a child whose XLA has setters of their own, for one flag at a time:
+// xla_e takes none or warning (case-sensitive), xla_f on or off in any case, xla_n a list of
+// A and B in any case (or +/- edits of them, or nothing), xla_t any text, xla_z nothing.
+const fakeSetters = `
+bad() { echo "F0000 Flag parsing failed." >&2; exit 1; }
+name=${XLA_FLAGS%%=*}
+val=${XLA_FLAGS#*=}
+lower=$(printf %s "$val" | tr A-Z a-z)
+case "$name" in
+"") ;;
+--xla_e) case "$val" in none|warning) ;; *) bad ;; esac ;;
+--xla_f) case "$lower" in on|off) ;; *) bad ;; esac ;;
+--xla_n)
+	if [ -n "$val" ]; then
+		signed=0; plain=0; IFS=,
+		for item in $lower; do
+			case "$item" in [+-]a|[+-]b) signed=1 ;; a|b) plain=1 ;; *) bad ;; esac
+		done
+		[ $((signed + plain)) = 1 ] || bad
+	fi ;;
+--xla_t) ;;
+--xla_z) bad ;;
+*) echo "F0000 Unknown flag in XLA_FLAGS: $XLA_FLAGS" >&2; exit 1 ;;
+esac
+echo "pjrtprobe: client platform=cpu pjrt=0.115"
+`
+
+func TestDeriveValues(t *testing.T) {
+	p := pjrtprobe.Prober{Plugin: "/fake/plugin.so", Command: []string{"sh", "-c", fakeSetters}}
+	flags := []valueFlag{
+		{name: "xla_e", kind: "enum", protos: []string{"DETECTION_MODE_NONE", "DETECTION_MODE_WARNING"}},
+		{name: "xla_f", kind: "enum", protos: []string{"COLLECTIVE_PIPELINING_MODE_ON", "COLLECTIVE_PIPELINING_MODE_OFF"}},
+		{name: "xla_n", kind: "list-edit", protos: []string{"A", "B"}},
+		{name: "xla_t", kind: "list-append"},
+		{name: "xla_z", kind: "enum", protos: []string{"Z"}},
+	}
+	results, children, err := deriveValues(context.Background(), p, 4, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ form, values, inEvidence, inNote string }{
+		{"enum", "none=DETECTION_MODE_NONE,warning=DETECTION_MODE_WARNING", "case-sensitive; no proto name", ""},
+		{"enum fold", "on=COLLECTIVE_PIPELINING_MODE_ON,off=COLLECTIVE_PIPELINING_MODE_OFF", "in lower, upper and title case", ""},
+		{"names empty edits fold", "A,B", "all of them together too", ""},
+		{"any", "", "takes any text", ""},
+		{"", "", "", "refuses all"},
+	}
+	for i, w := range want {
+		r := results[i]
+		if r.form != w.form || r.values != w.values || !strings.Contains(r.evidence, w.inEvidence) || !strings.Contains(r.note, w.inNote) {
+			t.Errorf("%s: %+v; want form %q, values %q, %q in the evidence and %q in the note", flags[i].name, r, w.form, w.values, w.inEvidence, w.inNote)
+		}
+	}
+	if children < 50 {
+		t.Errorf("only %d children", children)
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	got := candidates([]string{"DETECTION_MODE_NONE", "DETECTION_MODE_FAIL"})
+	for _, want := range []string{"DETECTION_MODE_NONE", "mode_none", "MODE_NONE", "none", "NONE", "fail", "", "on", probeText} {
+		if !slices.Contains(got, want) {
+			t.Errorf("candidates lack %q: %q", want, got)
+		}
+	}
+	for _, unwanted := range []string{"detection_mode", "MODE", "detection_mode_none"} {
+		if slices.Contains(got, unwanted) {
+			t.Errorf("candidates have %q, a run every name has or a case variant of a whole name: %q", unwanted, got)
+		}
+	}
+	tests := []struct{ spelling, want string }{
+		{"private", "COLLECTIVES_PRIVATE_MEMORY"},
+		{"collectives_private_memory", "COLLECTIVES_PRIVATE_MEMORY"},
+		{"dot", "LIBRARY_FUSION_TYPE_DOT"}, // shorter than LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT
+		{"memory", ""},                     // two names of the same length
+		{"all", ""},
+	}
+	protos := []string{"COLLECTIVES_PRIVATE_MEMORY", "COLLECTIVES_SHARING_MEMORY", "LIBRARY_FUSION_TYPE_DOT", "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+	for _, tt := range tests {
+		if got := protoOf(tt.spelling, protos); got != tt.want {
+			t.Errorf("protoOf(%q) = %q, want %q", tt.spelling, got, tt.want)
+		}
+	}
+}
+
+// TestFlagEnums reads a descriptor written by hand, amid other bytes as in a plugin.
+func TestFlagEnums(t *testing.T) {
+	key := func(num, typ int) []byte { return []byte{byte(num<<3 | typ)} }
+	bytesField := func(num int, parts ...[]byte) []byte {
+		payload := slices.Concat(parts...)
+		length := []byte{byte(len(payload))}
+		if len(payload) >= 0x80 {
+			length = []byte{byte(len(payload)&0x7f | 0x80), byte(len(payload) >> 7)}
+		}
+		return slices.Concat(key(num, wireBytes), length, payload)
+	}
+	str := func(num int, s string) []byte { return bytesField(num, []byte(s)) }
+	field := func(name string, typ byte, typeName string) []byte {
+		return bytesField(2, str(1, name), key(5, wireVarint), []byte{typ}, str(6, typeName))
+	}
+	mode := bytesField(4, str(1, "Mode"), bytesField(2, str(1, "MODE_A")), bytesField(2, str(1, "MODE_B")))
+	filter := bytesField(3, str(1, "Filter"), field("collective", typeEnum, ".xla.DebugOptions.Mode"))
+	debugOptions := bytesField(4, str(1, "DebugOptions"),
+		field("xla_mode", typeEnum, ".xla.DebugOptions.Mode"),
+		field("xla_filter", typeMessage, ".xla.DebugOptions.Filter"),
+		field("xla_bool", 8, ""), filter, mode)
+	file := slices.Concat(str(1, "xla/xla.proto"), str(2, "xla"), debugOptions)
+	plugin := slices.Concat([]byte("\x7fELF and code"), file, []byte{0xff, 0xff, 0x00, '\n', 3, 'x'})
+	got := flagEnums(plugin)
+	if len(got) != 2 || strings.Join(got["xla_mode"], " ") != "MODE_A MODE_B" || strings.Join(got["xla_filter"], " ") != "MODE_A MODE_B" {
+		t.Errorf("flagEnums = %v", got)
 	}
 }

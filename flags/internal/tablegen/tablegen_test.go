@@ -52,9 +52,13 @@ func tables(files map[string]string) fstest.MapFS {
 func TestGenerate(t *testing.T) {
 	base := map[string]string{
 		BuildsFile: "# comment\nold\told.tsv\tcuda\t-\tan old build\nnew\tnew.tsv\tcpu\t0.83\ta new build\n",
-		CustomFile: "xla_mode\tenum\tA,B\t\t\n",
-		"old.tsv":  "xla_b\tbool\t\t\nxla_mode\tcustom\tDebugOptions::A\t\n",
-		"new.tsv":  "xla_a\tint32\t4\t\nxla_gone\tNOOP(deprecated)\t\tDEPRECATED\n",
+		CustomFile: "xla_mode\tenum\tA,B\t\t\nxla_list\tlist-edit\t\t\t\nxla_fuel\tlist\t\t\t\nxla_text\tlist-append\t\t\t\nxla_odd\tenum\t\t\t\n",
+		"old.tsv":  "xla_b\tbool\t\t\nxla_mode\tcustom\tDebugOptions::A\t\nxla_list\tcustom\tA,B\t\nxla_odd\tcustom\tDebugOptions::X\t\n",
+		"new.tsv": "xla_a\tint32\t4\t\nxla_gone\tNOOP(deprecated)\t\tDEPRECATED\nxla_mode\tcustom\tDebugOptions::A\t\n" +
+			"xla_fuel\tcustom\t\t\nxla_text\tcustom\t\t\nxla_list\tcustom\tA\t\n",
+		ValuesFile: "# build(s)\tflag\tform\tvalues\tevidence\nold\txla_mode\tenum\tA,B\tproto names\n" +
+			"old,new\txla_list\tnames empty edits fold\tA,B\tthe setter\nnew\txla_fuel\tpairs\t\tthe setter\n",
+		"values_new.tsv": "new\txla_mode\tenum fold\ta=A,b=B\tprobed\nnew\txla_text\tany\t\tprobed\n",
 	}
 	src, err := Generate(tables(base))
 	if err != nil {
@@ -63,10 +67,15 @@ func TestGenerate(t *testing.T) {
 	for _, want := range []string{
 		`{build: "old", platform: "cuda", pjrtMajor: -1, pjrtMinor: -1, description: "an old build"`,
 		`{Name: "xla_b", Kind: KindBool, Default: "false"}`,
-		`{Name: "xla_mode", Kind: KindEnum, Default: "A", Values: []string{"A", "B"}}`,
+		`{Name: "xla_mode", Kind: KindEnum, Default: "A", Form: FormEnum, Values: []string{"A", "B"}}`,
+		`{Name: "xla_list", Kind: KindList, Default: "A,B", Edits: true, Form: FormNames, Values: []string{"A", "B"}, FoldCase: true, AcceptsEmpty: true, AcceptsEdits: true}`,
+		`{Name: "xla_odd", Kind: KindEnum, Default: "X", Form: FormUnknown}`, // no rule: no value is known
 		`pjrtMajor: 0, pjrtMinor: 83`,
 		`{Name: "xla_a", Kind: KindInt, Bits: 32, Default: "4"}`,
 		`{Name: "xla_gone", Kind: KindBool, Default: "false", Deprecated: true, NoOp: true}`,
+		`{Name: "xla_mode", Kind: KindEnum, Default: "a", Form: FormEnum, Values: []string{"a", "b"}, FoldCase: true}`, // the default as the build spells A
+		`{Name: "xla_fuel", Kind: KindList, Form: FormPairs}`,
+		`{Name: "xla_text", Kind: KindList, Appends: true}`, // any text: FormAny, the zero Form
 	} {
 		if !strings.Contains(string(src), want) {
 			t.Errorf("generated source lacks %s:\n%s", want, src)
@@ -77,11 +86,22 @@ func TestGenerate(t *testing.T) {
 		name, file, data, inErr string
 	}{
 		{"unclassified custom flag", "new.tsv", "xla_x\tcustom\t\t\n", "classify it in custom.tsv"},
-		{"unused custom entry", CustomFile, "xla_mode\tenum\tA,B\t\t\nxla_unused\tbool\t\t\t\n", "in no flag table"},
+		{"unused custom entry", CustomFile, base[CustomFile] + "xla_unused\tbool\t\t\t\n", "in no flag table"},
 		{"unknown type", "new.tsv", "xla_x\tdouble\t\t\n", "unknown type"},
 		{"duplicate flag", "new.tsv", "xla_x\tbool\t\t\nxla_x\tbool\t\t\n", "listed twice"},
 		{"short row", "new.tsv", "xla_x\tbool\n", "want 4"},
-		{"default outside the values", "old.tsv", "xla_mode\tcustom\tDebugOptions::C\t\n", "not among its values"},
+		{"a rule for a build without the flag", ValuesFile, "old\txla_fuel\tpairs\t\tthe setter\n", "not a flag of build old"},
+		{"a rule for an unknown build", ValuesFile, "older\txla_mode\tenum\tA\tx\n", `unknown build "older"`},
+		{"two rules for one build", "values_new.tsv", "new\txla_list\tnames\tA\tprobed\n", "two rules for build new"},
+		{"a rule without evidence", ValuesFile, "old\txla_mode\tenum\tA\t \n", "no evidence"},
+		{"a rule for a flag parsed by its type", ValuesFile, "old\txla_b\tenum\tA\tx\n", "parses by its type"},
+		{"names for an enum", ValuesFile, "old\txla_mode\tnames\tA\tx\n", "form names for a enum flag"},
+		{"an unknown form", ValuesFile, "old\txla_mode\tsome\tA\tx\n", `unknown form "some"`},
+		{"edits for an enum", ValuesFile, "old\txla_mode\tenum edits\tA\tx\n", `modifier "edits"`},
+		{"an enum without values", ValuesFile, "old\txla_mode\tenum\t\tx\n", "needs values"},
+		{"values for pairs", ValuesFile, "new\txla_fuel\tpairs\tA\tx\n", "takes no values"},
+		{"a signed value", ValuesFile, "old\txla_mode\tenum\t+A\tx\n", "not a value"},
+		{"a value twice", ValuesFile, "old\txla_mode\tenum fold\tA,a\tx\n", "listed twice"},
 		{"bad PJRT version", BuildsFile, "old\told.tsv\tcuda\tv1\tx\n", "not major.minor"},
 	}
 	for _, tt := range broken {
