@@ -1,10 +1,13 @@
 package graph
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -38,6 +41,11 @@ func (h HeapPeak) AboveBaseline() int64 { return int64(h.Peak) - int64(h.Baselin
 // before measuring so that compilation is not measured. Steps of a few MiB read high: the
 // collector cannot keep up with buffers freed microseconds before the peak.
 func MeasureHeapPeak(fn func() error) (HeapPeak, error) {
+	// Measurements in other processes (go test runs packages in parallel) would slow the collector
+	// and make this one read high: take turns.
+	if unlock, err := lockMeasurements(); err == nil {
+		defer unlock()
+	}
 	previous := debug.SetGCPercent(MeasureGCPercent)
 	defer debug.SetGCPercent(previous)
 	runtime.GC()
@@ -93,4 +101,21 @@ func readHeapObjects() uint64 {
 	s := []metrics.Sample{{Name: heapObjects}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// lockMeasurements takes a machine-wide lock (a file lock in the temporary folder) so that heap
+// measurements of several processes do not overlap.
+func lockMeasurements() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "onegpu-heap-measurement.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
