@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// referencePython is the repository's Python with JAX (.ci/run creates .venv), or "".
+func referencePython() string {
+	p, err := filepath.Abs(filepath.Join("..", "..", ".venv", "bin", "python"))
+	if err != nil {
+		return ""
+	}
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// TestCompareAgreesWithJAX: on the same XLA (the CPU plugin built from jaxlib's XLA), onegpu and
+// the JAX/Flax reference train the tiny GPT to the same losses, in float32 and with the tutorial's
+// techniques (bfloat16 compute, remat of MLP and attention, 4 micro-batches).
+func TestCompareAgreesWithJAX(t *testing.T) {
+	python := referencePython()
+	plugin := os.Getenv(ograph.EnvPlugin)
+	if python == "" || plugin == "" {
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", ograph.EnvPlugin)
+	}
+	if testing.Short() {
+		t.Skip("compiles two train steps on each side (about 40 s)")
+	}
+	var out, progress bytes.Buffer
+	err := runCompare([]string{"--json", "--steps", "6", "--backend", "xla:" + plugin, "--python", python,
+		"--config", "--model gpt --preset tiny --policy float32 --remat none --microbatches 1",
+		"--config", "--model gpt --preset tiny --policy params=float32,compute=bfloat16,output=float32 --remat mlp,attn --microbatches 4",
+	}, &out, &progress)
+	var report compareReport
+	if jerr := json.Unmarshal(out.Bytes(), &report); jerr != nil {
+		t.Fatalf("compare printed no JSON (%v; err %v):\n%s\n%s", jerr, err, out.String(), progress.String())
+	}
+	for _, c := range report.Configs {
+		t.Logf("%s: largest relative loss difference %.2g (tolerance %.0e), step time ours/JAX %s",
+			c.Name, c.MaxRelDiff, c.Tolerance, stepRatio(c))
+		if c.Error != "" || !c.Agree {
+			t.Errorf("%s does not agree with JAX: error %q, relative differences %v\n%s", c.Name, c.Error, c.LossRelDiff, progress.String())
+			continue
+		}
+		if c.Ours.MemoryKind != "xla_compiled" || c.Ours.Memory.TempBytes <= 0 || c.JAX.Memory == nil || c.JAX.Memory.ArgumentBytes <= 0 {
+			t.Errorf("%s: compiled memory missing: ours %+v (%s), JAX %+v", c.Name, c.Ours.Memory, c.Ours.MemoryKind, c.JAX.Memory)
+		}
+		if c.Ours.Memory.ArgumentBytes != c.JAX.Memory.ArgumentBytes {
+			// Same weights, same Adam state: the arguments differ only by scalars (step counters).
+			if d := math.Abs(float64(c.Ours.Memory.ArgumentBytes - c.JAX.Memory.ArgumentBytes)); d > 1024 {
+				t.Errorf("%s: argument bytes ours %d, JAX %d", c.Name, c.Ours.Memory.ArgumentBytes, c.JAX.Memory.ArgumentBytes)
+			}
+		}
+	}
+	if err != nil || !report.Agree || len(report.Configs) != 2 {
+		t.Errorf("compare = %v, agree %v, %d configurations", err, report.Agree, len(report.Configs))
+	}
+}
+
+func stepRatio(c *compareResult) string {
+	if c.Ours == nil || c.JAX == nil || c.Ours.MeanStepSeconds == nil || c.JAX.MeanStepSeconds == nil {
+		return "-"
+	}
+	return compareRatio(*c.Ours.MeanStepSeconds, *c.JAX.MeanStepSeconds)
+}
+
+// fakeReference writes a stand-in for the reference: a shell script run as "python" that prints
+// the given JSON whatever its arguments.
+func fakeReference(t *testing.T, result string) (python, script string) {
+	t.Helper()
+	dir := t.TempDir()
+	python = filepath.Join(dir, "python")
+	body := "#!/bin/sh\ncat <<'EOF'\n" + result + "\nEOF\n"
+	if result == "" {
+		body = "#!/bin/sh\necho 'Traceback: no module named jax' >&2\nexit 3\n"
+	}
+	if err := os.WriteFile(python, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script = filepath.Join(dir, "tutorial.py")
+	if err := os.WriteFile(script, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return python, script
+}
+
+// TestCompareDisagreement: losses that differ make the verdict DISAGREE and the exit status 1,
+// after the table is printed; a reference that fails is reported, also with status 1. The onegpu
+// side runs for real (the MLP on the embedded backend, fast).
+func TestCompareDisagreement(t *testing.T) {
+	for _, tc := range []struct {
+		name, result, want string
+	}{
+		{"wrong losses", `{"framework": "jax", "jax": "0.0-fake", "device_kind": "cpu", "loss": [1.0, 1.0], "accuracy": [0, 0],
+			"step_seconds": [1, 0.5], "first_step_seconds": 2, "mean_step_seconds": 0.5, "tokens_per_second": 1024,
+			"memory": {"argument_bytes": 100, "output_bytes": 10, "alias_bytes": 0, "temp_bytes": 50, "code_bytes": 0, "total_bytes": 160}}`,
+			"DISAGREE"},
+		{"failing reference", "", "the JAX reference"},
+		{"too few steps", `{"loss": [1.0], "accuracy": [0], "step_seconds": [1]}`, "the reference trained 1 steps, onegpu 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			python, script := fakeReference(t, tc.result)
+			var out, progress bytes.Buffer
+			err := runCompare([]string{"--steps", "2", "--backend", "go", "--python", python, "--script", script, "--config", "--model mlp --batch 64"}, &out, &progress)
+			var exit *exitError
+			if !errors.As(err, &exit) || exit.code != 1 {
+				t.Errorf("compare = %v, want exit status 1", err)
+			}
+			if !strings.Contains(out.String(), tc.want) || !strings.Contains(out.String(), "0 of 1 configurations agree") {
+				t.Errorf("output lacks %q:\n%s\n%s", tc.want, out.String(), progress.String())
+			}
+		})
+	}
+}
+
+func TestCompareConfigErrors(t *testing.T) {
+	python, script := fakeReference(t, "{}")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--configs", "tpu"}, `unknown --configs "tpu"`},
+		{[]string{"--steps", "0"}, "--steps 0"},
+		{[]string{"--script", "/nonexistent/tutorial.py"}, "--script"},
+	} {
+		args := append([]string{"--python", python, "--script", script}, tc.args...) // a later --script wins
+		err := runCompare(args, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("compare %v = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	var out bytes.Buffer
+	err := runCompare([]string{"--python", python, "--script", script, "--config", "--model gpt --preset huge"}, &out, &bytes.Buffer{})
+	if err == nil || !strings.Contains(out.String(), `unknown GPT preset "huge"`) {
+		t.Errorf("a bad --config: %v\n%s", err, out.String())
+	}
+}
+
+func TestCompareRelDiff(t *testing.T) {
+	for _, tc := range []struct{ a, b, want float64 }{
+		{1, 1, 0}, {1.1, 1, 0.1}, {0.9, 1, 0.1}, {1, 0, 1}, {math.NaN(), 1, math.MaxFloat64}, {1, math.Inf(1), math.MaxFloat64},
+	} {
+		if got := compareRelDiff(tc.a, tc.b); math.Abs(got-tc.want) > 1e-12 && got != tc.want {
+			t.Errorf("compareRelDiff(%g, %g) = %g, want %g", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// TestCompareFloatsJSON: a diverged (NaN) loss travels as null, both ways.
+func TestCompareFloatsJSON(t *testing.T) {
+	b, err := json.Marshal(floats{1.5, math.NaN(), math.Inf(1)})
+	if err != nil || string(b) != "[1.5,null,null]" {
+		t.Fatalf("Marshal = %s, %v", b, err)
+	}
+	var back floats
+	if err := json.Unmarshal(b, &back); err != nil || len(back) != 3 || back[0] != 1.5 || !math.IsNaN(back[1]) {
+		t.Errorf("Unmarshal = %v, %v", back, err)
+	}
+}

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# gpu-check.sh: onegpu next to JAX on a GPU machine, in about 10 minutes, everything logged under $OUT.
+#
+# Run from the repository root, with the binary built beforehand on a machine with Go:
+#
+#     go build -o bin/onegpu ./cmd/onegpu        # then carry bin/ to the GPU machine
+#     OUT=/some/folder scripts/gpu-check.sh      # DRY_RUN=1 prints the commands instead
+#
+# What it runs, each under its own `timeout`, logging and going on when one fails:
+#   1. nvidia-smi, the JAX install (versions, devices), onegpu env
+#   2. onegpu flags: the tutorial's five XLA_FLAGS checked against the CUDA plugin's XLA build
+#      (three no longer exist: the check is expected to fail and say why), and what the presets
+#      single-gpu-training and legacy-2024 hand to XLA
+#   3. onegpu compare on the tutorial's GPT (155,877,376 parameters, batch 64×512, 5 steps, dropout
+#      0): bfloat16 + remat of MLP and attention + 4 micro-batches (the tutorial's setup) first
+#   4. onegpu memory of the tutorial's step on XLA (XLA's compiled account next to onegpu's estimate)
+#   5. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left
+#
+# Environment (all optional):
+#   OUT           where logs and JSON go (default ./out/gpu-check)
+#   ONEGPU        the onegpu binary (default bin/onegpu)
+#   PYTHON        the Python with jax, flax and optax (default python3)
+#   PLUGIN        the CUDA PJRT plugin (default: xla_cuda_plugin.so found under / by find)
+#   CUDA_DIR      CUDA's folder for --xla_gpu_cuda_data_dir (default: $CUDA_HOME, /usr/local/cuda
+#                 or the folder above ptxas's)
+#   BUDGET_S      wall-clock budget of the whole script in seconds (default 540): a step that would
+#                 not fit in what is left is skipped, and its timeout is cut to what is left
+#   STEPS         train steps per compare configuration (default 5)
+#   DRY_RUN=1     print the commands, run nothing (no GPU needed; for checking the script)
+#
+# Everything the script prints is also in $OUT/gpu-check.log; each step writes $OUT/NN-name.log
+# and the compare steps $OUT/NN-name.json (onegpu compare --json-file). The exit status is 0 when
+# every step ran and succeeded, 1 otherwise; $OUT/summary.txt lists each step's status.
+
+set -u
+set -o pipefail
+
+OUT=${OUT:-out/gpu-check}
+ONEGPU=${ONEGPU:-bin/onegpu}
+PYTHON=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-540}
+STEPS=${STEPS:-5}
+DRY_RUN=${DRY_RUN:-0}
+
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+exec > >(tee -a "$LOG") 2>&1
+
+START=$(date +%s)
+FAILURES=0
+STEP_NO=0
+
+say() { printf '[gpu-check %4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
+
+# run NAME TIMEOUT_S CMD...: runs CMD under timeout, output to the log and $OUT/NN-NAME.log;
+# records the status; never exits the script.
+run() {
+	local name=$1 limit=$2
+	shift 2
+	STEP_NO=$((STEP_NO + 1))
+	local tag
+	tag=$(printf '%02d-%s' "$STEP_NO" "$name")
+	local left=$((BUDGET_S - ($(date +%s) - START)))
+	if [ "$DRY_RUN" = 1 ]; then
+		say "[$tag] (timeout ${limit}s) $(printf '%q ' "$@")"
+		echo "$tag dry-run" >>"$SUMMARY"
+		return 0
+	fi
+	if [ "$left" -lt 20 ]; then
+		say "[$tag] SKIPPED: ${left}s of the ${BUDGET_S}s budget left"
+		echo "$tag skipped (budget)" >>"$SUMMARY"
+		return 0
+	fi
+	if [ "$limit" -gt "$left" ]; then
+		limit=$left
+	fi
+	say "[$tag] start (timeout ${limit}s): $(printf '%q ' "$@")"
+	local t0 rc
+	t0=$(date +%s)
+	timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$tag.log"
+	rc=${PIPESTATUS[0]}
+	local took=$(($(date +%s) - t0))
+	case $rc in
+	0) say "[$tag] ok in ${took}s" ;;
+	124 | 137) say "[$tag] TIMED OUT after ${took}s (limit ${limit}s)" ;;
+	*) say "[$tag] FAILED with status $rc after ${took}s" ;;
+	esac
+	echo "$tag rc=$rc ${took}s" >>"$SUMMARY"
+	if [ "$rc" != 0 ]; then
+		FAILURES=$((FAILURES + 1))
+	fi
+	return 0
+}
+
+# expect_fail NAME TIMEOUT_S CMD...: like run, for a command whose documented answer is status 1.
+expect_fail() {
+	local name=$1 limit=$2
+	shift 2
+	STEP_NO=$((STEP_NO + 1))
+	local tag
+	tag=$(printf '%02d-%s' "$STEP_NO" "$name")
+	if [ "$DRY_RUN" = 1 ]; then
+		say "[$tag] (timeout ${limit}s, status 1 expected) $(printf '%q ' "$@")"
+		echo "$tag dry-run" >>"$SUMMARY"
+		return 0
+	fi
+	say "[$tag] start (status 1 expected): $(printf '%q ' "$@")"
+	timeout "$limit" "$@" 2>&1 | tee "$OUT/$tag.log"
+	local rc=${PIPESTATUS[0]}
+	if [ "$rc" = 1 ]; then
+		say "[$tag] ok: status 1 as expected"
+	else
+		say "[$tag] UNEXPECTED status $rc"
+		FAILURES=$((FAILURES + 1))
+	fi
+	echo "$tag rc=$rc (1 expected)" >>"$SUMMARY"
+	return 0
+}
+
+say "onegpu GPU check; output under $OUT; budget ${BUDGET_S}s; dry run: $DRY_RUN"
+
+# --- what is on the machine -------------------------------------------------------------------
+if [ ! -x "$ONEGPU" ] && [ "$DRY_RUN" != 1 ]; then
+	say "no onegpu binary at $ONEGPU: build it first (go build -o bin/onegpu ./cmd/onegpu) and carry bin/"
+	echo "binary missing" >>"$SUMMARY"
+	exit 1
+fi
+
+if [ -z "${PLUGIN:-}" ]; then
+	if [ "$DRY_RUN" = 1 ]; then
+		PLUGIN=/path/to/jax_plugins/xla_cuda13/xla_cuda_plugin.so
+	else
+		# Prefer the plugin of the Python we run JAX with; fall back to a search of the disk.
+		PLUGIN=$("$PYTHON" - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+hits = [p for r in roots for p in glob.glob(os.path.join(r, "**", "xla_cuda_plugin.so"), recursive=True)]
+print(sorted(hits)[0] if hits else "")
+EOF
+		)
+		if [ -z "$PLUGIN" ]; then
+			PLUGIN=$(find / -name xla_cuda_plugin.so -not -path '/proc/*' 2>/dev/null | head -n 1)
+		fi
+	fi
+fi
+if [ -z "$PLUGIN" ]; then
+	say "no xla_cuda_plugin.so found (jax-cuda13-pjrt installed?): only the JAX side can run"
+	echo "plugin missing" >>"$SUMMARY"
+	FAILURES=$((FAILURES + 1))
+fi
+say "CUDA PJRT plugin: ${PLUGIN:-none}"
+
+if [ -z "${CUDA_DIR:-}" ]; then
+	for candidate in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(command -v ptxas 2>/dev/null || echo /nonexistent/bin/ptxas)")")"; do
+		if [ -n "$candidate" ] && [ -d "$candidate/nvvm/libdevice" ]; then
+			CUDA_DIR=$candidate
+			break
+		fi
+	done
+fi
+say "CUDA folder for --xla_gpu_cuda_data_dir: ${CUDA_DIR:-not found (XLA searches its defaults)}"
+
+export ONEGPU_PJRT_PLUGIN="$PLUGIN"
+export GOMLX_NO_AUTO_INSTALL=1
+# go-xla v0.1.4 would append its author's --xla_gpu_cuda_data_dir to XLA_FLAGS; the folder of this
+# machine is passed instead, once onegpu's validator accepts the flag for the plugin's build.
+export GOPJRT_CUDA_CHECKS=0
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
+
+run nvidia-smi 20 nvidia-smi
+run jax-install 60 "$PYTHON" -c 'import jax, jaxlib, flax, optax; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__, "optax", optax.__version__); print(jax.devices())'
+run onegpu-env 30 "$ONEGPU" env
+
+if [ -n "${CUDA_DIR:-}" ]; then
+	if [ "$DRY_RUN" = 1 ] || "$ONEGPU" flags check "--xla_gpu_cuda_data_dir=$CUDA_DIR" >/dev/null 2>&1; then
+		export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_cuda_data_dir=$CUDA_DIR"
+		say "XLA_FLAGS=$XLA_FLAGS (onegpu and JAX both read it)"
+	else
+		say "onegpu's validator does not accept --xla_gpu_cuda_data_dir for this plugin; XLA_FLAGS left as is"
+	fi
+fi
+
+# --- flags ----------------------------------------------------------------------------------
+TUTORIAL_FLAGS="--xla_gpu_enable_triton_softmax_fusion=true --xla_gpu_triton_gemm_any=false --xla_gpu_enable_async_collectives=true --xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_highest_priority_async_stream=true"
+expect_fail flags-check-tutorial 30 "$ONEGPU" flags check "$TUTORIAL_FLAGS"
+run flags-presets 30 "$ONEGPU" flags --preset single-gpu-training --preset legacy-2024
+
+# --- side by side ---------------------------------------------------------------------------
+# Tolerances: bfloat16 keeps compare's default (1e-2). float32 is loosened from 1e-5 to 1e-4: on
+# an H200, XLA's default precision may run float32 matmuls on TF32 tensor cores (on both sides),
+# and cuBLAS/Triton choices differ between the two programs.
+compare() {
+	local name=$1 limit=$2 config=$3 json
+	json="$OUT/$(printf '%02d' $((STEP_NO + 1)))-$name.json"
+	run "$name" "$limit" "$ONEGPU" compare --steps "$STEPS" --backend "xla:$PLUGIN" --python "$PYTHON" \
+		--tol-f32 1e-4 --json-file "$json" --config "$config"
+}
+
+BF16="--policy params=float32,compute=bfloat16,output=float32"
+compare compare-tutorial-bf16-remat 240 "--model gpt --preset tutorial $BF16 --remat mlp,attn --microbatches 4"
+run memory-tutorial 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN"
+compare compare-tutorial-f32 200 "--model gpt --preset tutorial --policy float32 --remat none --microbatches 4"
+compare compare-tutorial-bf16 180 "--model gpt --preset tutorial $BF16 --remat none --microbatches 4"
+compare compare-mlp 90 "--model mlp"
+
+run nvidia-smi-after 20 nvidia-smi
+
+say "done: $FAILURES step(s) failed; statuses in $SUMMARY"
+cat "$SUMMARY"
+if [ "$FAILURES" -gt 0 ]; then
+	exit 1
+fi
+exit 0

@@ -1,0 +1,534 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends/xla"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/x448/float16"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// This file lets another framework reproduce a run exactly: the trainer's initial weights, the
+// batches and the configuration are written as NumPy files and JSON (reference/jax/ reads them), and
+// the step is compiled and initialized without being run, so that the exported weights are the ones
+// the first step sees.
+
+// Initialize creates the train step's variables and initializes them from the config's seed,
+// without running (or compiling) the step: afterwards the weights are those the first Step will
+// update, ready for Export. It is optional (the first Step initializes what is missing) and must
+// come before it.
+//
+// The step's graph is built once for this, on the trainer's context: GoMLX v0.26.0's
+// context.Exec.PreCompile cannot be used, because it donates the buffers of the variables the step
+// updates and resets them without running the step.
+func (t *Trainer) Initialize() error {
+	if t.exec != nil {
+		return fmt.Errorf("initialize: the trainer has already run a step")
+	}
+	p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
+	if err != nil {
+		return fmt.Errorf("building the train step: %w", err)
+	}
+	p.Graph.Finalize()
+	if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
+		return fmt.Errorf("initializing the variables: %w", err)
+	}
+	// The step's graph finds the variables instead of creating them, as after a checkpoint.
+	t.Ctx = t.Ctx.Checked(false)
+	return nil
+}
+
+// StepCompiled runs one train step like Step and also returns XLA's memory account of the compiled
+// step (see graph.CompiledMemoryOf): that of the executable that runs, not of a second
+// compilation. The account is nil on a backend that is not XLA (the embedded one compiles nothing).
+func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.CompiledMemory, error) {
+	if t.exec == nil {
+		exec, err := context.NewExec(t.Backend, t.Ctx, t.StepFn())
+		if err != nil {
+			return StepMetrics{}, nil, err
+		}
+		t.exec = exec
+	}
+	args := make([]any, len(batch))
+	for i, b := range batch {
+		args[i] = b
+	}
+	var (
+		outs []*tensors.Tensor
+		g    *graph.Graph
+	)
+	err := ograph.CatchPanic(func() {
+		var err error
+		if outs, g, err = t.exec.ExecWithGraph(args...); err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		return StepMetrics{}, nil, fmt.Errorf("train step %d: %w", t.GlobalStep()+1, err)
+	}
+	m := StepMetrics{Step: t.GlobalStep(), Loss: scalar(outs[0]), Accuracy: scalar(outs[1]), Count: scalar(outs[2])}
+	if _, isXLA := t.Backend.(*xla.Backend); !isXLA {
+		return m, nil, nil
+	}
+	mem, err := ograph.CompiledMemoryOf(g)
+	if err != nil {
+		return m, nil, err
+	}
+	return m, &mem, nil
+}
+
+// Reference is the description of an exported run, written as config.json next to the weights
+// and the batches. Field names are those reference/jax/tutorial.py reads.
+type Reference struct {
+	// Model is "gpt" or "mlp".
+	Model      string               `json:"model"`
+	GPT        *ReferenceGPT        `json:"gpt,omitempty"`
+	Classifier *ReferenceClassifier `json:"classifier,omitempty"`
+	// Batch examples (sequences) per step, split into MicroBatches equal micro-batches.
+	Batch        int `json:"batch"`
+	MicroBatches int `json:"micro_batches"`
+	// Policy holds the dtype names of params, compute and output ("float32", "bfloat16",
+	// "float16", "float64"); SoftmaxDType is the attention softmax's.
+	Policy       map[string]string `json:"policy"`
+	SoftmaxDType string            `json:"softmax_dtype"`
+	// Remat lists the rematerialized blocks ("mlp", "attn", "block"); RematPolicy says what they
+	// save, named as in jax.checkpoint_policies.
+	Remat       []string `json:"remat"`
+	RematPolicy string   `json:"remat_policy"`
+	LossScale   string   `json:"loss_scale"`
+	// Schedule is optax.warmup_exponential_decay_schedule's arguments.
+	Schedule ReferenceSchedule `json:"schedule"`
+	// Adam is optax.adam's b1, b2, eps (eps outside the square root).
+	Adam  map[string]float64 `json:"adam"`
+	Steps int                `json:"steps"`
+	Seed  uint64             `json:"seed"`
+	// Params lists every trainable parameter by its Flax path ("block_0/mlp/input_layer/kernel"),
+	// stored as params/PATH.npy in float32 whatever the param dtype.
+	Params []ReferenceParam `json:"params"`
+	// Inputs and Labels are .npy files holding the batches of the steps stacked along a new first
+	// axis: step i trains on Inputs[i], Labels[i].
+	Inputs string `json:"inputs"`
+	Labels string `json:"labels"`
+	// Data describes the data, for people.
+	Data string `json:"data"`
+}
+
+// ReferenceGPT is the GPT's shape.
+type ReferenceGPT struct {
+	Hidden    int     `json:"hidden_size"`
+	Layers    int     `json:"num_layers"`
+	HeadDim   int     `json:"head_dim"`
+	Heads     int     `json:"num_heads"`
+	MLPFactor int     `json:"mlp_expansion"`
+	SeqLen    int     `json:"max_seq_len"`
+	Vocab     int     `json:"vocab_size"`
+	Dropout   float64 `json:"dropout_rate"`
+}
+
+// ReferenceClassifier is the MLP classifier's shape.
+type ReferenceClassifier struct {
+	Inputs  int     `json:"inputs"`
+	Hidden  int     `json:"hidden_size"`
+	Classes int     `json:"num_classes"`
+	Dropout float64 `json:"dropout_rate"`
+}
+
+// ReferenceSchedule is the learning-rate schedule (see Schedule).
+type ReferenceSchedule struct {
+	Init            float64 `json:"init_value"`
+	Peak            float64 `json:"peak_value"`
+	WarmupSteps     int     `json:"warmup_steps"`
+	TransitionSteps int     `json:"transition_steps"`
+	DecayRate       float64 `json:"decay_rate"`
+}
+
+// ReferenceParam is one exported parameter.
+type ReferenceParam struct {
+	Path  string `json:"path"`
+	Shape []int  `json:"shape"`
+	DType string `json:"dtype"` // the parameter's own dtype; the file is float32
+}
+
+// Export writes the trainer's current trainable weights, the batches of steps 0..steps-1 of data
+// and the configuration to dir (created if needed): dir/params/<flax path>.npy, dir/inputs.npy,
+// dir/labels.npy and dir/config.json. Call it after Initialize (or after any step, to export the
+// weights of that moment). It returns what it wrote to config.json.
+func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("export: %d steps: export at least one", steps)
+	}
+	c := t.Config
+	ref := &Reference{Model: c.Model, Batch: c.Batch, MicroBatches: c.MicroBatches,
+		Policy:       map[string]string{"params": dtypeName(c.Policy.Param), "compute": dtypeName(c.Policy.Compute), "output": dtypeName(c.Policy.Output)},
+		SoftmaxDType: dtypeName(t.gpt().SoftmaxDType), Remat: rematList(c), RematPolicy: c.RematPolicy.String(),
+		LossScale: c.LossScale, Schedule: ReferenceSchedule{Init: c.Schedule.Init, Peak: c.Schedule.Peak,
+			WarmupSteps: c.Schedule.WarmupSteps, TransitionSteps: c.Schedule.TransitionSteps, DecayRate: c.Schedule.DecayRate},
+		Adam:  map[string]float64{"b1": adamBeta1, "b2": adamBeta2, "eps": adamEpsilon},
+		Steps: steps, Seed: c.Seed, Inputs: "inputs.npy", Labels: "labels.npy", Data: data.Describe(), Params: []ReferenceParam{}}
+	if ref.LossScale == "" {
+		ref.LossScale = "none"
+	}
+	switch c.Model {
+	case "gpt":
+		g := c.GPT
+		ref.GPT = &ReferenceGPT{Hidden: g.Hidden, Layers: g.Layers, HeadDim: g.HeadDim, Heads: g.Heads(), MLPFactor: g.MLPFactor,
+			SeqLen: g.SeqLen, Vocab: g.Vocab, Dropout: g.Dropout}
+	case "mlp":
+		m := c.Classifier
+		ref.Classifier = &ReferenceClassifier{Inputs: m.Inputs, Hidden: m.Hidden, Classes: m.Classes, Dropout: m.Dropout}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "params"), 0o755); err != nil {
+		return nil, err
+	}
+	for v := range t.Ctx.IterVariables() {
+		if !v.Trainable {
+			continue
+		}
+		if !v.HasValue() {
+			return nil, fmt.Errorf("export: variable %s has no value: call Initialize first", v.ScopeAndName())
+		}
+		path := flaxPath(v.Scope(), v.Name())
+		value, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("export: reading %s: %w", path, err)
+		}
+		asF32, err := toFloat32(value)
+		if err != nil {
+			return nil, fmt.Errorf("export: %s: %w", path, err)
+		}
+		file := filepath.Join(dir, "params", filepath.FromSlash(path)+".npy")
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return nil, err
+		}
+		if err := WriteNPYFile(file, asF32); err != nil {
+			return nil, err
+		}
+		ref.Params = append(ref.Params, ReferenceParam{Path: path, Shape: v.Shape().Dimensions, DType: dtypeName(v.DType())})
+	}
+	if len(ref.Params) == 0 {
+		return nil, fmt.Errorf("export: the context has no trainable variables: call Initialize first")
+	}
+	sort.Slice(ref.Params, func(i, j int) bool { return ref.Params[i].Path < ref.Params[j].Path })
+	batches := make([][]*tensors.Tensor, steps)
+	for i := range steps {
+		batches[i] = data.Batch(i)
+	}
+	for k, name := range []string{ref.Inputs, ref.Labels} {
+		parts := make([]*tensors.Tensor, steps)
+		for i := range steps {
+			parts[i] = batches[i][k]
+		}
+		stacked, err := stack(parts)
+		if err != nil {
+			return nil, fmt.Errorf("export: %s: %w", name, err)
+		}
+		if err := WriteNPYFile(filepath.Join(dir, name), stacked); err != nil {
+			return nil, err
+		}
+	}
+	blob, err := json.MarshalIndent(ref, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return ref, os.WriteFile(filepath.Join(dir, "config.json"), append(blob, '\n'), 0o644)
+}
+
+// The Adam hyperparameters of StepFn, as optax.adam names them.
+const (
+	adamBeta1   = 0.9
+	adamBeta2   = 0.999
+	adamEpsilon = 1e-8
+)
+
+// flaxPath turns a variable's context scope and name into the path Flax gives the parameter:
+// scope "/block_0/mlp/input_layer" and name "kernel" are "block_0/mlp/input_layer/kernel".
+func flaxPath(scope, name string) string {
+	scope = strings.Trim(scope, context.ScopeSeparator)
+	if scope == "" {
+		return name
+	}
+	return scope + "/" + name
+}
+
+func rematList(c Config) []string {
+	list := []string{}
+	if c.Remat.MLP {
+		list = append(list, "mlp")
+	}
+	if c.Remat.Attention {
+		list = append(list, "attn")
+	}
+	if c.Remat.Block {
+		list = append(list, "block")
+	}
+	return list
+}
+
+// dtypeName is NumPy's name of a float dtype.
+func dtypeName(d dtypes.DType) string {
+	switch d {
+	case dtypes.Float32:
+		return "float32"
+	case dtypes.BFloat16:
+		return "bfloat16"
+	case dtypes.Float16:
+		return "float16"
+	case dtypes.Float64:
+		return "float64"
+	}
+	return strings.ToLower(d.String())
+}
+
+// toFloat32 returns a float32 copy of a float tensor (exact for bfloat16 and float16; float64 is
+// rounded).
+func toFloat32(t *tensors.Tensor) (*tensors.Tensor, error) {
+	out := make([]float32, t.Shape().Size())
+	var err error
+	t.MustConstFlatData(func(flat any) {
+		switch v := flat.(type) {
+		case []float32:
+			copy(out, v)
+		case []float64:
+			for i, x := range v {
+				out[i] = float32(x)
+			}
+		case []bfloat16.BFloat16:
+			for i, x := range v {
+				out[i] = x.Float32()
+			}
+		case []float16.Float16:
+			for i, x := range v {
+				out[i] = x.Float32()
+			}
+		default:
+			err = fmt.Errorf("dtype %s is not a float dtype", t.DType())
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tensors.FromFlatDataAndDimensions(out, t.Shape().Dimensions...), nil
+}
+
+// stack joins tensors of one shape and dtype along a new first axis.
+func stack(parts []*tensors.Tensor) (*tensors.Tensor, error) {
+	first := parts[0].Shape()
+	for _, p := range parts[1:] {
+		if !p.Shape().Equal(first) {
+			return nil, fmt.Errorf("batches of different shapes: %s and %s", first, p.Shape())
+		}
+	}
+	dims := append([]int{len(parts)}, first.Dimensions...)
+	switch first.DType {
+	case dtypes.Float32:
+		return stackAs[float32](parts, dims), nil
+	case dtypes.Int32:
+		return stackAs[int32](parts, dims), nil
+	case dtypes.Int64:
+		return stackAs[int64](parts, dims), nil
+	case dtypes.Float64:
+		return stackAs[float64](parts, dims), nil
+	}
+	return nil, fmt.Errorf("cannot export batches of dtype %s", first.DType)
+}
+
+func stackAs[T float32 | float64 | int32 | int64](parts []*tensors.Tensor, dims []int) *tensors.Tensor {
+	var all []T
+	for _, p := range parts {
+		tensors.MustConstFlatData[T](p, func(flat []T) { all = append(all, flat...) })
+	}
+	return tensors.FromFlatDataAndDimensions(all, dims...)
+}
+
+// npyMagic starts every .npy file; the format is NumPy's version 1.0: magic, version, a
+// little-endian uint16 header length, a Python dict literal padded with spaces to a multiple of 64
+// bytes and ended by a newline, then the raw little-endian data in C order.
+const npyMagic = "\x93NUMPY"
+
+// npyDescr maps dtypes to NumPy's type strings.
+var npyDescr = map[dtypes.DType]string{
+	dtypes.Float32: "<f4", dtypes.Float64: "<f8", dtypes.Int32: "<i4", dtypes.Int64: "<i8",
+	dtypes.Uint8: "|u1", dtypes.Bool: "|b1",
+}
+
+// WriteNPY writes t in NumPy's .npy format (version 1.0). It accepts float32, float64, int32,
+// int64, uint8 and bool tensors; convert others first.
+func WriteNPY(w io.Writer, t *tensors.Tensor) error {
+	descr, ok := npyDescr[t.DType()]
+	if !ok {
+		return fmt.Errorf("npy: cannot write dtype %s (use float32, float64, int32, int64, uint8 or bool)", t.DType())
+	}
+	dims := make([]string, t.Shape().Rank())
+	for i, d := range t.Shape().Dimensions {
+		dims[i] = strconv.Itoa(d)
+	}
+	shape := strings.Join(dims, ", ")
+	if len(dims) == 1 {
+		shape += ","
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, shape)
+	// Pad so that magic (6) + version (2) + length (2) + header + "\n" is a multiple of 64.
+	total := len(npyMagic) + 4 + len(header) + 1
+	header += strings.Repeat(" ", (64-total%64)%64) + "\n"
+	if len(header) > math.MaxUint16 {
+		return fmt.Errorf("npy: header of %d bytes is too long for version 1.0", len(header))
+	}
+	var buf bytes.Buffer
+	buf.WriteString(npyMagic)
+	buf.Write([]byte{1, 0})
+	_ = binary.Write(&buf, binary.LittleEndian, uint16(len(header)))
+	buf.WriteString(header)
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return err
+	}
+	var err error
+	t.MustConstFlatData(func(flat any) {
+		if b, isBool := flat.([]bool); isBool {
+			raw := make([]byte, len(b))
+			for i, v := range b {
+				if v {
+					raw[i] = 1
+				}
+			}
+			_, err = w.Write(raw)
+			return
+		}
+		err = binary.Write(w, binary.LittleEndian, flat)
+	})
+	return err
+}
+
+// WriteNPYFile writes t to the file path in .npy format (see WriteNPY).
+func WriteNPYFile(path string, t *tensors.Tensor) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := WriteNPY(w, t); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+var (
+	npyDescrRE = regexp.MustCompile(`'descr':\s*'([^']*)'`)
+	npyOrderRE = regexp.MustCompile(`'fortran_order':\s*(True|False)`)
+	npyShapeRE = regexp.MustCompile(`'shape':\s*\(([^)]*)\)`)
+)
+
+// ReadNPY reads a .npy file (versions 1.0 to 3.0, C order, little-endian) of one of the dtypes
+// WriteNPY writes.
+func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
+	prefix := make([]byte, len(npyMagic)+2)
+	if _, err := io.ReadFull(r, prefix); err != nil {
+		return nil, fmt.Errorf("npy: %w", err)
+	}
+	if string(prefix[:len(npyMagic)]) != npyMagic {
+		return nil, fmt.Errorf("npy: not a .npy file (bad magic)")
+	}
+	var headerLen int
+	switch major := prefix[len(npyMagic)]; major {
+	case 1:
+		var n uint16
+		if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+			return nil, fmt.Errorf("npy: %w", err)
+		}
+		headerLen = int(n)
+	case 2, 3:
+		var n uint32
+		if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+			return nil, fmt.Errorf("npy: %w", err)
+		}
+		headerLen = int(n)
+	default:
+		return nil, fmt.Errorf("npy: unknown format version %d", major)
+	}
+	header := make([]byte, headerLen)
+	if _, err := io.ReadFull(r, header); err != nil {
+		return nil, fmt.Errorf("npy: header: %w", err)
+	}
+	descr, order, shape := npyDescrRE.FindSubmatch(header), npyOrderRE.FindSubmatch(header), npyShapeRE.FindSubmatch(header)
+	if descr == nil || order == nil || shape == nil {
+		return nil, fmt.Errorf("npy: cannot parse header %q", header)
+	}
+	if string(order[1]) == "True" {
+		return nil, fmt.Errorf("npy: Fortran order is not supported")
+	}
+	var dims []int
+	for _, part := range strings.Split(string(shape[1]), ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		d, err := strconv.Atoi(part)
+		if err != nil {
+			return nil, fmt.Errorf("npy: bad shape %q", shape[1])
+		}
+		dims = append(dims, d)
+	}
+	var dtype dtypes.DType
+	for d, s := range npyDescr {
+		if s == string(descr[1]) || (s[0] == '<' && "="+s[1:] == string(descr[1])) {
+			dtype = d
+		}
+	}
+	if dtype == dtypes.InvalidDType {
+		return nil, fmt.Errorf("npy: unsupported dtype %q", descr[1])
+	}
+	t := tensors.FromShape(shapes.Make(dtype, dims...))
+	var err error
+	t.MustMutableFlatData(func(flat any) {
+		if b, isBool := flat.([]bool); isBool {
+			raw := make([]byte, len(b))
+			if _, err = io.ReadFull(r, raw); err == nil {
+				for i, v := range raw {
+					b[i] = v != 0
+				}
+			}
+			return
+		}
+		err = binary.Read(r, binary.LittleEndian, flat)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("npy: data: %w", err)
+	}
+	return t, nil
+}
+
+// ReadNPYFile reads a .npy file (see ReadNPY).
+func ReadNPYFile(path string) (*tensors.Tensor, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := ReadNPY(bufio.NewReader(f))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
