@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train"
+)
+
+// runOnegpuSide initializes the model, exports it with the data to folder, trains steps steps and
+// measures them. The backend is released before returning, so that the reference has the device
+// to itself.
+func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+	backend, spec, err := s.newBackend()
+	if err != nil {
+		return nil, spec, err
+	}
+	defer backend.Finalize()
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return nil, spec, err
+	}
+	defer trainer.Close()
+	if err := trainer.Initialize(); err != nil {
+		return nil, spec, err
+	}
+	if _, err := trainer.Export(folder, data, steps); err != nil {
+		return nil, spec, err
+	}
+	side := &compareSide{Framework: "onegpu", Platform: spec.Kind}
+	fmt.Fprintf(progress, "   onegpu on %s: weights, data and config exported to %s\n", spec, folder)
+	for i := range steps {
+		batch := data.Batch(i)
+		start := time.Now()
+		var m train.StepMetrics
+		if i == 0 {
+			var mem *ograph.CompiledMemory
+			m, mem, err = trainer.StepCompiled(batch)
+			if mem != nil {
+				side.Memory = &compareMemory{ArgumentBytes: mem.ArgumentBytes, OutputBytes: mem.OutputBytes, AliasBytes: mem.AliasBytes,
+					TempBytes: mem.TemporaryBytes, CodeBytes: mem.CodeBytes, TotalBytes: mem.TotalBytes()}
+				side.MemoryKind = "xla_compiled"
+			}
+		} else {
+			m, err = trainer.Step(batch)
+		}
+		if err != nil {
+			return nil, spec, err
+		}
+		elapsed := time.Since(start).Seconds()
+		side.Loss, side.Accuracy, side.StepSeconds = append(side.Loss, m.Loss), append(side.Accuracy, m.Accuracy), append(side.StepSeconds, elapsed)
+		fmt.Fprintf(progress, "   [onegpu] step %d/%d  loss %.6f  accuracy %.4f  %.3fs\n", i+1, steps, m.Loss, m.Accuracy, elapsed)
+	}
+	side.FirstStepSeconds = side.StepSeconds[0]
+	if steps > 1 {
+		var total float64
+		for _, t := range side.StepSeconds[1:] {
+			total += t
+		}
+		mean := total / float64(steps-1)
+		perStep := float64(config.Batch)
+		if config.Model == "gpt" {
+			perStep *= float64(config.GPT.SeqLen)
+		}
+		tps := perStep / mean
+		side.MeanStepSeconds, side.TokensPerSecond = &mean, &tps
+	}
+	if side.Memory == nil { // the embedded backend: onegpu's estimate of its sequential execution
+		p, err := trainer.Program()
+		if err != nil {
+			return nil, spec, err
+		}
+		m := ograph.Analyze(p)
+		p.Graph.Finalize()
+		side.Memory = &compareMemory{ArgumentBytes: m.ArgumentBytes, TempBytes: m.PeakTempBytes, TotalBytes: m.PeakBytes}
+		side.MemoryKind = "estimate"
+	}
+	return side, spec, nil
+}
+
+// runJAXSide runs the reference on folder and reads its JSON.
+func runJAXSide(o compareOptions, folder string, progress io.Writer) (*compareSide, error) {
+	args := []string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp}
+	cmd := exec.CommandContext(context.Background(), o.python, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = comparePrefixWriter{w: progress, prefix: "   "}
+	fmt.Fprintf(progress, "   JAX: %s %s\n", o.python, strings.Join(args, " "))
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("the JAX reference (%s %s) failed: %w", o.python, o.script, err)
+	}
+	// The result is the whole output, or its last line if a library printed something before it.
+	var side compareSide
+	text := strings.TrimSpace(stdout.String())
+	if err := json.Unmarshal([]byte(text), &side); err != nil {
+		lastLine := text[strings.LastIndex(text, "\n")+1:]
+		if err := json.Unmarshal([]byte(lastLine), &side); err != nil {
+			return nil, fmt.Errorf("the JAX reference printed no JSON result (%v): %q", err, stdout.String())
+		}
+	}
+	side.MemoryKind = "xla_compiled"
+	return &side, nil
+}
+
+// comparePrefixWriter indents what another program writes to our progress stream.
+type comparePrefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p comparePrefixWriter) Write(b []byte) (int, error) {
+	text := strings.TrimRight(string(b), "\n")
+	if text != "" {
+		fmt.Fprintln(p.w, p.prefix+strings.ReplaceAll(text, "\n", "\n"+p.prefix))
+	}
+	return len(b), nil
+}
+
+// compareRelDiff is |a - b| / |b|, or |a - b| when b is 0; math.MaxFloat64 when either is not
+// finite (JSON has no NaN).
+func compareRelDiff(a, b float64) float64 {
+	d := math.Abs(a - b)
+	if b != 0 {
+		d /= math.Abs(b)
+	}
+	if math.IsNaN(d) || math.IsInf(d, 0) || math.IsInf(a, 0) {
+		return math.MaxFloat64
+	}
+	return d
+}
+
+// floats is a list of numbers whose non-finite values are null in JSON, both ways (the
+// reference writes a NaN loss as null).
+type floats []float64
+
+func (f floats) MarshalJSON() ([]byte, error) {
+	parts := make([]string, len(f))
+	for i, v := range f {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			parts[i] = "null"
+		} else {
+			parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
+		}
+	}
+	return []byte("[" + strings.Join(parts, ",") + "]"), nil
+}
+
+func (f *floats) UnmarshalJSON(b []byte) error {
+	var values []*float64
+	if err := json.Unmarshal(b, &values); err != nil {
+		return err
+	}
+	*f = make(floats, len(values))
+	for i, v := range values {
+		(*f)[i] = math.NaN()
+		if v != nil {
+			(*f)[i] = *v
+		}
+	}
+	return nil
+}
+
+// comparePython returns the Python to run the reference with.
+func comparePython(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if p := os.Getenv("ONEGPU_PYTHON"); p != "" {
+		return p, nil
+	}
+	if p, ok := compareFindUp(filepath.Join(".venv", "bin", "python")); ok {
+		return p, nil
+	}
+	if p, err := exec.LookPath("python3"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no Python found: give --python, set $ONEGPU_PYTHON, or create .venv (see .ci/run)")
+}
+
+// compareScript returns the reference script's path.
+func compareScript(flagValue string) (string, error) {
+	if flagValue != "" {
+		if _, err := os.Stat(flagValue); err != nil {
+			return "", fmt.Errorf("--script: %w", err)
+		}
+		return flagValue, nil
+	}
+	if p, ok := compareFindUp(filepath.Join("reference", "jax", "tutorial.py")); ok {
+		return p, nil
+	}
+	return "", errors.New("reference/jax/tutorial.py not found in this folder or a parent: run from the onegpu checkout or give --script")
+}
+
+// compareFindUp looks for rel in the working folder and its parents and returns its absolute path.
+func compareFindUp(rel string) (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
