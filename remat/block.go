@@ -76,8 +76,8 @@ type pass struct {
 	extraTerms []*graph.Node // zero terms that connect replaced values to the nested gradient's root
 }
 
-// passGrads caches the entries' gradients for one backward pass, identified by the cotangents it
-// used.
+// passGrads caches the entries' gradients for one backward pass, identified by the cotangent
+// nodes it used.
 type passGrads struct {
 	key   string
 	grads []*graph.Node
@@ -183,7 +183,11 @@ func (b *block) gradient(j int, v *graph.Node) *graph.Node {
 	if len(fresh) == 0 {
 		return nil
 	}
-	if key := fmt.Sprint(fresh); key != b.result.key {
+	key := ""
+	for _, i := range fresh {
+		key += fmt.Sprintf("%d:%d ", i, b.cotangents[i].Id())
+	}
+	if key != b.result.key {
 		b.result = passGrads{key: key, grads: b.recompute(fresh)}
 	}
 	return b.result.grads[j]

@@ -172,8 +172,12 @@ func TestCheckpointSeveralGradients(t *testing.T) {
 			}
 			first := graph.ReduceAllSum(graph.Square(outs[0]))
 			second := graph.MulScalar(outs[1], 3) // reaches the second output only
-			res := append([]*graph.Node{first, second}, graph.Gradient(first, in...)...)
-			return append(res, graph.Gradient(second, in...)...)
+			third := graph.Add(graph.ReduceAllSum(graph.Sin(outs[0])), graph.Square(outs[1])) // both, as the first two together
+			res := []*graph.Node{first, second, third}
+			for _, loss := range []*graph.Node{first, second, graph.Add(first, second), third} {
+				res = append(res, graph.Gradient(loss, in...)...)
+			}
+			return res
 		}
 	}
 	assertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
