@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +27,8 @@ var benchDefault = flag.Bool("remat.default", false,
 //	go test -run '^$' -bench RematVsNone -benchtime 5x ./remat/ [-args -remat.default]
 //
 // Metrics: s/step of each variant (mean); time-x, the median over rounds of the step time relative
-// to none's in the same round (target <= 1.4); act-x, the activation bytes at the estimated peak
+// to none's in the same round (target <= 1.4); cpu-x, the same for the process's CPU time (user +
+// system), steadier than wall time on a shared machine; act-x, the activation bytes at the estimated peak
 // relative to none's (target <= 0.35); est-MiB and heap-MiB, the estimated and measured (least of
 // 3 runs, GOGC=10) peak above the step's inputs. ns/op is one round of three steps.
 func BenchmarkRematVsNone(b *testing.B) {
@@ -41,6 +43,7 @@ func BenchmarkRematVsNone(b *testing.B) {
 		memory   *ograph.Memory
 		elapsed  time.Duration
 		rounds   []time.Duration
+		cpu      []time.Duration
 		measured int64
 	}
 	var variants []*variant
@@ -61,8 +64,9 @@ func BenchmarkRematVsNone(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for _, v := range variants {
-			start := time.Now()
+			start, startCPU := time.Now(), cpuTime(b)
 			step(b, v.exec, x)
+			v.cpu = append(v.cpu, cpuTime(b)-startCPU)
 			v.rounds = append(v.rounds, time.Since(start))
 			v.elapsed += v.rounds[len(v.rounds)-1]
 		}
@@ -84,18 +88,33 @@ func BenchmarkRematVsNone(b *testing.B) {
 		b.ReportMetric(mib(v.memory.PeakTempBytes), "est-MiB("+v.spec+")")
 		b.ReportMetric(mib(v.measured), "heap-MiB("+v.spec+")")
 		if v != none {
-			ratios := make([]float64, b.N)
-			for i := range ratios {
-				ratios[i] = float64(v.rounds[i]) / float64(none.rounds[i])
-			}
-			slices.Sort(ratios)
-			b.ReportMetric(ratios[len(ratios)/2], "time-x("+v.spec+")")
+			b.ReportMetric(medianRatio(v.rounds, none.rounds), "time-x("+v.spec+")")
+			b.ReportMetric(medianRatio(v.cpu, none.cpu), "cpu-x("+v.spec+")")
 			b.ReportMetric(float64(v.memory.Breakdown[ograph.Activations])/float64(none.memory.Breakdown[ograph.Activations]), "act-x("+v.spec+")")
 		}
 		b.Logf("%-8s %.2f s/step, estimated peak %.1f MiB (activations %.1f MiB), measured %.1f MiB, %.2f GFLOP",
 			v.spec, v.elapsed.Seconds()/float64(b.N), mib(v.memory.PeakTempBytes), mib(v.memory.Breakdown[ograph.Activations]),
 			mib(v.measured), float64(v.memory.FLOPs)/1e9)
 	}
+}
+
+// medianRatio returns the median over rounds of a[i]/b[i].
+func medianRatio(a, b []time.Duration) float64 {
+	ratios := make([]float64, len(a))
+	for i := range ratios {
+		ratios[i] = float64(a[i]) / float64(b[i])
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2]
+}
+
+// cpuTime returns the CPU time the process has used (user and system, all threads).
+func cpuTime(b *testing.B) time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
 func step(b *testing.B, exec *context.Exec, x *tensors.Tensor) {
