@@ -171,7 +171,7 @@ func TestCheckpointSeveralGradients(t *testing.T) {
 				outs = mlp(in)
 			}
 			first := graph.ReduceAllSum(graph.Square(outs[0]))
-			second := graph.MulScalar(outs[1], 3) // reaches the second output only
+			second := graph.MulScalar(outs[1], 3)                                             // reaches the second output only
 			third := graph.Add(graph.ReduceAllSum(graph.Sin(outs[0])), graph.Square(outs[1])) // both, as the first two together
 			res := []*graph.Node{first, second, third}
 			for _, loss := range []*graph.Node{first, second, graph.Add(first, second), third} {
