@@ -10,15 +10,15 @@ import (
 )
 
 // How a checkpoint works (GoMLX v0.26.0 has one custom-gradient hook, IdentityWithCustomGradient,
-// with a single input and output; it calls gradient rules in reverse creation order and lets them
-// build new nodes, even a nested graph.Gradient):
+// with a single input and output; graph.Gradient calls gradient rules in reverse creation order
+// and lets them build new nodes, even a nested graph.Gradient):
 //
-// Forward. fn runs as usual. Its outputs leave the block through StopGradient, so the backward
-// pass never reaches the block's internal values, plus a "tie": an exact -0.0 scalar that reads
-// every entry point (an identity with a custom gradient on each float input, variable and
-// captured value) through Where(false, ...). XLA folds the tie away; for graph.Gradient it is a
-// path from the outputs to the entry points. Each output is wrapped in an identity whose gradient
-// rule records the output's cotangent.
+// Forward. fn runs as usual. Each float output leaves the block as
+// Identity(StopGradient(y) + tie): StopGradient keeps the backward pass out of the block's
+// internal values; the identity's gradient rule records the output's cotangent and passes it on to
+// the tie. The tie is an exact -0.0 scalar that reads every entry point (an identity with a custom
+// gradient on each float input, variable and captured value) through Where(false, ...): XLA folds
+// it away, but for graph.Gradient it is a path from the outputs to the entry points.
 //
 // Backward. Output wrappers are newer than the entry points, so their rules run first. The first
 // entry point reached runs fn again on "leaves" (identities whose gradient stops there), each
