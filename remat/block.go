@@ -156,7 +156,7 @@ func (b *block) wire() []*graph.Node {
 	var tie *graph.Node
 	for j, e := range b.entries {
 		point := graph.IdentityWithCustomGradient(e.node, func(_, v *graph.Node) *graph.Node { return b.gradient(j, v) })
-		tie = sum(tie, graph.Where(never, graph.ConvertDType(graph.ReduceAllSum(point), dtypes.Float32), negativeZero(b.g)))
+		tie = sum(tie, graph.Where(never, graph.ConvertDType(firstElement(point), dtypes.Float32), negativeZero(b.g)))
 	}
 	outs := make([]*graph.Node, len(b.ys))
 	b.wrapped = make([]bool, len(b.ys))
@@ -303,7 +303,7 @@ func (b *block) useSaved(forward, recomputed *graph.Node) *graph.Node {
 	// The term is zero and never computed; it only makes the nested gradient visit point, after
 	// the wrapper below (which is newer) has received its cotangent.
 	b.pass.extraTerms = append(b.pass.extraTerms,
-		graph.Where(graph.Const(b.g, false), graph.ConvertDType(graph.ReduceAllSum(point), dtypes.Float32), negativeZero(b.g)))
+		graph.Where(graph.Const(b.g, false), graph.ConvertDType(firstElement(point), dtypes.Float32), negativeZero(b.g)))
 	value := graph.Add(graph.StopGradient(forward), graph.ConvertDType(b.pass.barrier, forward.DType()))
 	return graph.IdentityWithCustomGradient(value, func(_, v *graph.Node) *graph.Node {
 		cotangent = v
@@ -339,4 +339,18 @@ func sum(acc, x *graph.Node) *graph.Node {
 		return x
 	}
 	return graph.Add(acc, x)
+}
+
+// firstElement returns x[0, ..., 0] as a scalar: the cheapest value that still makes x an input of
+// the tie. (A sum of x would be a full pass over it that the embedded backend really runs, since
+// only XLA folds the tie away.)
+func firstElement(x *graph.Node) *graph.Node {
+	if x.Rank() == 0 {
+		return x
+	}
+	specs := make([]graph.SliceAxisSpec, x.Rank())
+	for i := range specs {
+		specs[i] = graph.AxisElem(0)
+	}
+	return graph.Reshape(graph.Slice(x, specs...))
 }
