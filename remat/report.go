@@ -196,9 +196,9 @@ func (r Report) WriteTable(w io.Writer) error {
 			if name == "" {
 				name = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%v\t%s\n", b.Block, b.Policy, name, res.Kind, res.Op, res.DType, res.Shape, FormatBytes(res.Bytes))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%v\t%s\n", b.Block, b.Policy, name, res.Kind, res.Op, res.DType, res.Shape, ograph.FormatBytes(res.Bytes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t(total: %d residuals)\t\t\t\t%s\n", b.Block, b.Policy, len(b.Residuals), FormatBytes(b.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t(total: %d residuals)\t\t\t\t%s\n", b.Block, b.Policy, len(b.Residuals), ograph.FormatBytes(b.Bytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -211,7 +211,7 @@ func (r Report) WriteSummary(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BLOCK\tPOLICY\tRESIDUALS\tBYTES")
 	for _, b := range r.Blocks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", b.Block, b.Policy, len(b.Residuals), FormatBytes(b.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", b.Block, b.Policy, len(b.Residuals), ograph.FormatBytes(b.Bytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -223,10 +223,10 @@ func (r Report) writeTotals(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nPOLICY\tBLOCKS\tBYTES")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Policy, p.Blocks, FormatBytes(p.Bytes))
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Policy, p.Blocks, ograph.FormatBytes(p.Bytes))
 	}
-	fmt.Fprintf(tw, "all blocks\t%d\t%s\n", len(r.Blocks), FormatBytes(r.BlockBytes))
-	fmt.Fprintf(tw, "outside blocks\t\t%s\n", FormatBytes(r.OutsideBytes))
+	fmt.Fprintf(tw, "all blocks\t%d\t%s\n", len(r.Blocks), ograph.FormatBytes(r.BlockBytes))
+	fmt.Fprintf(tw, "outside blocks\t\t%s\n", ograph.FormatBytes(r.OutsideBytes))
 	return tw.Flush()
 }
 
@@ -235,18 +235,4 @@ func (r Report) String() string {
 	var sb strings.Builder
 	_ = r.WriteTable(&sb)
 	return sb.String()
-}
-
-// FormatBytes writes a byte count for people: "512 B", "1.5 KiB", "36.0 MiB", "1.20 GiB".
-func FormatBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	}
 }

@@ -101,7 +101,7 @@ func benchGrid(backend backends.Backend, spec ograph.BackendSpec, base train.Con
 		if err != nil {
 			row.Error = err.Error()
 		}
-		fmt.Fprintf(progress, "  %s  estimated peak %10s  %s\n", v, humanBytes(row.PeakBytes), stepSummary(row))
+		fmt.Fprintf(progress, "  %s  estimated peak %10s  %s\n", v, ograph.FormatBytes(row.PeakBytes), stepSummary(row))
 		rows = append(rows, row)
 	}
 	baseline := rows[0]
@@ -187,16 +187,16 @@ func writeBenchTable(w io.Writer, rows []benchRow, xla bool) {
 		measured := "-"
 		switch {
 		case r.XLA != nil:
-			measured = humanBytes(r.XLA.TotalBytes())
+			measured = ograph.FormatBytes(r.XLA.TotalBytes())
 		case r.MeasuredPeakBytes > 0:
-			measured = humanBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
+			measured = ograph.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
 		}
 		step, timeRatio, tokens := "-", "-", "-"
 		if r.StepSeconds > 0 {
 			step, timeRatio, tokens = fmt.Sprintf("%.3fs", r.StepSeconds), fmt.Sprintf("%.2fx", r.TimeRatio), fmt.Sprintf("%.0f", r.TokensPerSecond)
 		}
 		fmt.Fprintf(w, "%-8s %-8s %2d | %10s %5.2fx %10s %5.2fx | %10s | %9s %6s %11s\n", r.Compute, r.Remat, r.MicroBatches,
-			humanBytes(r.PeakBytes), r.PeakRatio, humanBytes(r.ActivationBytes), r.ActivationRatio, measured, step, timeRatio, tokens)
+			ograph.FormatBytes(r.PeakBytes), r.PeakRatio, ograph.FormatBytes(r.ActivationBytes), r.ActivationRatio, measured, step, timeRatio, tokens)
 	}
 	fmt.Fprintf(w, "\nest. peak: sequential-execution estimate incl. weights and optimizer state; est. act.: its activations;\n")
 	if xla {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // writeTable prints one configuration's side-by-side table.
@@ -44,15 +46,15 @@ func (r *compareResult) writeTable(w io.Writer) {
 			kind = "onegpu estimate"
 		}
 		row("memory ("+kind+")", "", "", "")
-		row("  arguments", humanBytes(o.Memory.ArgumentBytes), humanBytes(j.Memory.ArgumentBytes), compareRatio(float64(o.Memory.ArgumentBytes), float64(j.Memory.ArgumentBytes)))
+		row("  arguments", ograph.FormatBytes(o.Memory.ArgumentBytes), ograph.FormatBytes(j.Memory.ArgumentBytes), compareRatio(float64(o.Memory.ArgumentBytes), float64(j.Memory.ArgumentBytes)))
 		if o.MemoryKind != "estimate" {
-			row("  outputs", humanBytes(o.Memory.OutputBytes), humanBytes(j.Memory.OutputBytes), compareRatio(float64(o.Memory.OutputBytes), float64(j.Memory.OutputBytes)))
-			row("  aliased", humanBytes(o.Memory.AliasBytes), humanBytes(j.Memory.AliasBytes), compareRatio(float64(o.Memory.AliasBytes), float64(j.Memory.AliasBytes)))
+			row("  outputs", ograph.FormatBytes(o.Memory.OutputBytes), ograph.FormatBytes(j.Memory.OutputBytes), compareRatio(float64(o.Memory.OutputBytes), float64(j.Memory.OutputBytes)))
+			row("  aliased", ograph.FormatBytes(o.Memory.AliasBytes), ograph.FormatBytes(j.Memory.AliasBytes), compareRatio(float64(o.Memory.AliasBytes), float64(j.Memory.AliasBytes)))
 		}
-		row("  temporary", humanBytes(o.Memory.TempBytes), humanBytes(j.Memory.TempBytes), compareRatio(float64(o.Memory.TempBytes), float64(j.Memory.TempBytes)))
-		row("  total", humanBytes(o.Memory.TotalBytes), humanBytes(j.Memory.TotalBytes), compareRatio(float64(o.Memory.TotalBytes), float64(j.Memory.TotalBytes)))
+		row("  temporary", ograph.FormatBytes(o.Memory.TempBytes), ograph.FormatBytes(j.Memory.TempBytes), compareRatio(float64(o.Memory.TempBytes), float64(j.Memory.TempBytes)))
+		row("  total", ograph.FormatBytes(o.Memory.TotalBytes), ograph.FormatBytes(j.Memory.TotalBytes), compareRatio(float64(o.Memory.TotalBytes), float64(j.Memory.TotalBytes)))
 		if j.Memory.PeakMemoryBytes != nil {
-			row("  JAX peak_memory_in_bytes", "", humanBytes(*j.Memory.PeakMemoryBytes), "")
+			row("  JAX peak_memory_in_bytes", "", ograph.FormatBytes(*j.Memory.PeakMemoryBytes), "")
 		}
 	}
 	verdict := fmt.Sprintf("agree: largest relative loss difference %.1e <= %.0e (%s compute)", r.MaxRelDiff, r.Tolerance, r.Compute)

@@ -5,20 +5,6 @@ import (
 	"strings"
 )
 
-// humanBytes formats a byte count with binary units (KiB, MiB, GiB), as memory tools do.
-func humanBytes(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	value, exp := float64(b), 0
-	for value >= unit && exp < 4 {
-		value /= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", value, "KMGT"[exp-1])
-}
-
 // humanCount formats a count with decimal units (k, M, G, T), as FLOP counts are quoted.
 func humanCount(n int64) string {
 	value, exp := float64(n), 0

@@ -193,15 +193,15 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
 	fmt.Fprintf(w, "peak memory     %s = %s of inputs (weights, optimizer state, batch) + %s allocated by the step\n",
-		humanBytes(r.PeakBytes), humanBytes(r.ArgumentBytes), humanBytes(r.PeakTempBytes))
+		ograph.FormatBytes(r.PeakBytes), ograph.FormatBytes(r.ArgumentBytes), ograph.FormatBytes(r.PeakTempBytes))
 	fmt.Fprintf(w, "peak reached at %s\n", r.PeakAt)
 	fmt.Fprintf(w, "FLOPs per step  %s (matmuls %.1f%%), %d ops executed\n", humanCount(r.FLOPs),
 		100*float64(r.MatmulFLOPs)/float64(max(r.FLOPs, 1)), r.ExecutedNodes)
-	fmt.Fprintf(w, "memory over the step (%s max): %s\n", humanBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+	fmt.Fprintf(w, "memory over the step (%s max): %s\n", ograph.FormatBytes(r.PeakBytes), sparkline(r.Timeline, 64))
 	if x := r.XLA; x != nil {
 		fmt.Fprintf(w, "XLA compiled    %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
-			humanBytes(x.TotalBytes), humanBytes(x.ArgumentBytes), humanBytes(x.OutputBytes), humanBytes(x.AliasBytes),
-			humanBytes(x.TemporaryBytes), humanBytes(x.CodeBytes))
+			ograph.FormatBytes(x.TotalBytes), ograph.FormatBytes(x.ArgumentBytes), ograph.FormatBytes(x.OutputBytes), ograph.FormatBytes(x.AliasBytes),
+			ograph.FormatBytes(x.TemporaryBytes), ograph.FormatBytes(x.CodeBytes))
 		if x.HLODir != "" {
 			fmt.Fprintf(w, "HLO written to  %s (*%s*after_optimizations.txt is what runs)\n", x.HLODir, stepName)
 		}
@@ -211,13 +211,13 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintln(w, "at the peak, by kind:")
 	for _, k := range ograph.Kinds() {
 		b := r.breakdownByKind[k]
-		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, humanBytes(b), 100*float64(b)/float64(max(r.PeakBytes, 1)),
+		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(r.PeakBytes, 1)),
 			strings.Repeat("█", int(40*b/max(r.PeakBytes, 1))))
 	}
 	fmt.Fprintln(w, "\nlargest buffers alive at the peak:")
 	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")
 	for _, t := range r.Largest {
-		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, humanBytes(t.Bytes))
+		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, ograph.FormatBytes(t.Bytes))
 	}
 	if r.Residuals != nil {
 		fmt.Fprintf(w, "\nwhat the backward pass keeps from each block's forward pass (remat %s):\n", r.Remat)

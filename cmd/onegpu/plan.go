@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 func init() {
@@ -105,11 +107,11 @@ func runPlan(args []string, w io.Writer) error {
 		return writeJSON(w, out)
 	}
 	fmt.Fprintf(w, "plan for %s\nbudget %s; memory from %s; time from FLOPs at %.1f (f32) / %.1f (bf16) TFLOP/s\n\n",
-		describe(base), humanBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
+		describe(base), ograph.FormatBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
 	if best >= 0 {
 		b := rows[best]
 		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n\n",
-			b.Compute, b.Remat, b.MicroBatches, humanBytes(b.memory()), b.Seconds)
+			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.memory()), b.Seconds)
 	} else {
 		smallest := rows[0]
 		for _, r := range rows {
@@ -119,7 +121,7 @@ func runPlan(args []string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "nothing fits: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
 			"use more micro-batches (--batch must stay divisible), a smaller --preset, or a larger device\n\n",
-			smallest.variant, humanBytes(smallest.memory()), humanBytes(smallest.memory()-budget))
+			smallest.variant, ograph.FormatBytes(smallest.memory()), ograph.FormatBytes(smallest.memory()-budget))
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
 	fmt.Fprintf(w, "  %-8s %-9s %3s %12s %10s %s\n", "compute", "remat", "k", "memory", "step", "fits")
@@ -129,7 +131,7 @@ func runPlan(args []string, w io.Writer) error {
 			if r.Fits {
 				fits = "yes"
 			}
-			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, humanBytes(r.memory()), r.Seconds, fits)
+			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.memory()), r.Seconds, fits)
 		}
 	}
 	return nil

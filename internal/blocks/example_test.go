@@ -29,7 +29,7 @@ func ExampleAnalyze() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%d parameters; backward keeps %s in blocks\n", c.Parameters(), remat.FormatBytes(a.Residuals.BlockBytes))
+	fmt.Printf("%d parameters; backward keeps %s in blocks\n", c.Parameters(), ograph.FormatBytes(a.Residuals.BlockBytes))
 	_ = a.Residuals.WriteSummary(os.Stdout)
 	// Output:
 	// 99584 parameters; backward keeps 544.0 KiB in blocks
