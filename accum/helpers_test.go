@@ -2,10 +2,7 @@ package accum_test
 
 import (
 	"math"
-	"os"
-	"reflect"
 	"sort"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -15,31 +12,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
-// embedded is the embedded backend in onegpu's default (sequential) mode, shared by the tests.
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
-// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil without one.
-var xlaBackend = sync.OnceValue(func() backends.Backend {
-	plugin := os.Getenv(ograph.EnvPlugin)
-	if plugin == "" {
-		return nil
-	}
-	b, err := ograph.NewBackend("xla:" + plugin)
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
+var xlaBackend = backendtest.XLA
 
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
 func backendsUnderTest() []backends.Backend {
@@ -106,29 +87,7 @@ func call(t testing.TB, exec *context.Exec, inputs ...*tensors.Tensor) [][]float
 }
 
 // flatFloat64 returns a tensor's values as float64.
-func flatFloat64(t *tensors.Tensor) []float64 {
-	var out []float64
-	t.ConstFlatData(func(flat any) {
-		rv := reflect.ValueOf(flat)
-		for i := range rv.Len() {
-			switch v := rv.Index(i).Interface().(type) {
-			case float64:
-				out = append(out, v)
-			case float32:
-				out = append(out, float64(v))
-			case int64:
-				out = append(out, float64(v))
-			case int32:
-				out = append(out, float64(v))
-			case bool:
-				out = append(out, map[bool]float64{false: 0, true: 1}[v])
-			case interface{ Float32() float32 }: // bfloat16, float16
-				out = append(out, float64(v.Float32()))
-			}
-		}
-	})
-	return out
-}
+var flatFloat64 = backendtest.Floats
 
 // variables returns the values of ctx's variables as float64 slices, by scope and name.
 func variables(t testing.TB, ctx *context.Context) map[string][]float64 {

@@ -3,9 +3,6 @@ package graph_test
 import (
 	"math"
 	"math/rand/v2"
-	"os"
-	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -14,30 +11,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 )
 
-// embedded is the embedded backend in onegpu's default (sequential) mode, shared by the tests.
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
-// xlaBackend is XLA with the PJRT plugin named by $ONEGPU_PJRT_PLUGIN, or nil when none is
-// configured (CI installs one; see .ci/run).
-var xlaBackend = sync.OnceValue(func() backends.Backend {
-	path := os.Getenv(ograph.EnvPlugin)
-	if path == "" {
-		return nil
-	}
-	b, err := ograph.NewBackend("xla:" + path)
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
+var xlaBackend = backendtest.XLA
 
 // backendsUnderTest returns the embedded backend and, when a plugin is configured, XLA's.
 func backendsUnderTest(t testing.TB) map[string]backends.Backend {
@@ -50,14 +31,8 @@ func backendsUnderTest(t testing.TB) map[string]backends.Backend {
 	return bs
 }
 
-// requireXLA returns the XLA backend or skips the test.
-func requireXLA(t testing.TB) backends.Backend {
-	b := xlaBackend()
-	if b == nil {
-		t.Skipf("needs an XLA PJRT plugin: set $%s=/abs/path/pjrt_c_api_cpu_plugin.so (pip install lammps-jax-pjrt-cpu)", ograph.EnvPlugin)
-	}
-	return b
-}
+// requireXLA returns XLA or skips the test.
+var requireXLA = backendtest.RequireXLA
 
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
@@ -65,49 +40,11 @@ func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tenso
 	return runOn(t, embedded(), fn, inputs...)
 }
 
-// runOn is run on the given backend.
-func runOn(t testing.TB, backend backends.Backend, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
-	t.Helper()
-	exec, err := graph.NewExec(backend, fn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Finalize()
-	args := make([]any, len(inputs))
-	for i, in := range inputs {
-		args[i] = in
-	}
-	outs, err := exec.Exec(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := make([][]float64, len(outs))
-	for i, out := range outs {
-		values[i] = flatFloat64(out)
-	}
-	return values
-}
+// runOn builds fn on a backend, runs it on inputs and returns the outputs as float64.
+var runOn = backendtest.Run
 
-// flatFloat64 returns a float tensor's values as float64.
-func flatFloat64(t *tensors.Tensor) []float64 {
-	var out []float64
-	t.ConstFlatData(func(flat any) {
-		switch v := flat.(type) {
-		case []float64:
-			out = append(out, v...)
-		case []float32:
-			for _, x := range v {
-				out = append(out, float64(x))
-			}
-		default: // bfloat16 and float16 values have a Float32 method.
-			rv := reflect.ValueOf(flat)
-			for i := range rv.Len() {
-				out = append(out, float64(rv.Index(i).Interface().(interface{ Float32() float32 }).Float32()))
-			}
-		}
-	})
-	return out
-}
+// flatFloat64 returns a tensor's values as float64.
+var flatFloat64 = backendtest.Floats
 
 // randomTensor returns a float64 tensor with N(0, 1) values.
 func randomTensor(rng *rand.Rand, dims ...int) *tensors.Tensor {

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
-	"os"
-	"reflect"
-	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -15,30 +12,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 )
 
-// embedded is the embedded backend in onegpu's default (sequential) mode, shared by the tests.
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
-// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil without one.
-var xlaBackend = sync.OnceValue(func() backends.Backend {
-	plugin := os.Getenv(ograph.EnvPlugin)
-	if plugin == "" {
-		return nil
-	}
-	b, err := ograph.NewBackend("xla:" + plugin)
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
+var xlaBackend = backendtest.XLA
 
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
 func backendsUnderTest() []backends.Backend {
@@ -54,47 +35,11 @@ func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tenso
 	return runOn(t, embedded(), fn, inputs...)
 }
 
-// runOn is run on a given backend.
-func runOn(t testing.TB, backend backends.Backend, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
-	t.Helper()
-	exec, err := graph.NewExec(backend, fn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Finalize()
-	args := make([]any, len(inputs))
-	for i, in := range inputs {
-		args[i] = in
-	}
-	outs, err := exec.Exec(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := make([][]float64, len(outs))
-	for i, out := range outs {
-		values[i] = flatFloat64(out)
-	}
-	return values
-}
+// runOn builds fn on a backend, runs it on inputs and returns the outputs as float64.
+var runOn = backendtest.Run
 
-// flatFloat64 returns a tensor's values as float64 (bool as 0/1).
-func flatFloat64(t *tensors.Tensor) []float64 {
-	var out []float64
-	t.ConstFlatData(func(flat any) {
-		rv := reflect.ValueOf(flat)
-		for i := range rv.Len() {
-			switch v := rv.Index(i).Interface().(type) {
-			case interface{ Float32() float32 }: // bfloat16, float16
-				out = append(out, float64(v.Float32()))
-			case bool:
-				out = append(out, map[bool]float64{false: 0, true: 1}[v])
-			default:
-				out = append(out, rv.Index(i).Convert(reflect.TypeOf(float64(0))).Float())
-			}
-		}
-	})
-	return out
-}
+// flatFloat64 returns a tensor's values as float64.
+var flatFloat64 = backendtest.Floats
 
 // bf16Tensor returns a bfloat16 tensor of values drawn by draw, and the same values as float64.
 func bf16Tensor(draw func() float64, dims ...int) (*tensors.Tensor, []float64) {

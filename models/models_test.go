@@ -2,27 +2,20 @@ package models_test
 
 import (
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
 
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
 func gptSummary(t *testing.T, config models.GPTConfig, policy string) *models.Summary {
 	t.Helper()

@@ -4,24 +4,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
-	"sync"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 )
 
-// embedded is the embedded backend in onegpu's default (sequential) mode, shared by the tests.
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
 // execute builds fn on the embedded backend and returns its outputs.
 func execute(t testing.TB, fn func(inputs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) []*tensors.Tensor {

@@ -4,29 +4,22 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
 // tinyConfig is the tiny GPT with the tutorial's techniques: bfloat16 compute, remat of MLP and
 // attention, 4 micro-batches.

@@ -4,27 +4,21 @@ import (
 	"math"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/remat"
 )
 
-var embedded = sync.OnceValue(func() backends.Backend {
-	b, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	return b
-})
+// embedded is the embedded backend in sequential mode, shared by the tests.
+var embedded = backendtest.Embedded
 
 var small = blocks.Config{Batch: 2, Seq: 16, Width: 32, Heads: 4, Blocks: 3}
 
