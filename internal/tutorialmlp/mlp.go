@@ -1,10 +1,13 @@
 // Package tutorialmlp is the MLP classifier of the JAX tutorial "Training Larger Models on a Single
-// GPU" (Part 1.1) as plain GoMLX graph functions: 128 inputs -> Dense 256 -> LayerNorm -> SiLU ->
-// Dense 100 -> log-softmax in float32, trained with mean cross-entropy on random data.
+// GPU" (Part 1.1) as plain GoMLX graph functions of parameter nodes: 128 inputs -> Dense 256 ->
+// LayerNorm -> SiLU -> Dense 100 -> log-softmax in float32, trained with mean cross-entropy on
+// random data.
 //
-// It serves graph/'s tests, benchmarks and `onegpu memory` until models/ provides the tutorial's
-// models with precision policies. Parameters are float32; compute runs in any float dtype; the
-// LayerNorm statistics, the log-softmax and the loss run in float32 (or float64).
+// models.Classifier is the model users train (context variables, a precision policy). This copy
+// takes its parameters as plain nodes, which the gradient tests of graph/, mixed/ and accum/ need:
+// they feed the same values as float32 and as float64 and compare, and split compute and matmul
+// dtypes. Parameters are float32; the LayerNorm statistics, the log-softmax and the loss run in
+// float32 (or float64).
 package tutorialmlp
 
 import (
