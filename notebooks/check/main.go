@@ -1,0 +1,132 @@
+// Command check reads notebooks executed by jupyter nbconvert and fails when one of them shows a failure
+// that nbconvert itself lets pass.
+//
+//	go run ./notebooks/check out/notebooks/*.ipynb
+//
+// nbconvert stops with an error when a Go cell fails to compile, panics or times out, but GoNB reports a
+// failing shell line (`!cmd`, `!*cmd`) only by printing "exit status N", and a notebook written with
+// --allow-errors keeps error outputs. So a notebook fails the check when a code cell was not executed,
+// when an output is an error, or when an output's text has a line that is "exit status N" or starts with
+// "panic: ", "fatal error: " or GoNB's "ERROR: ".
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: check EXECUTED.ipynb...")
+		os.Exit(2)
+	}
+	failed := false
+	for _, path := range os.Args[1:] {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			var problems []string
+			if problems, err = check(data); err == nil {
+				for _, p := range problems {
+					fmt.Printf("%s: %s\n", path, p)
+				}
+				failed = failed || len(problems) > 0
+				if len(problems) == 0 {
+					fmt.Printf("%s: ok\n", path)
+				}
+				continue
+			}
+		}
+		fmt.Printf("%s: %v\n", path, err)
+		failed = true
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// notebook is the part of the .ipynb format the check reads.
+type notebook struct {
+	Cells []struct {
+		Type           string   `json:"cell_type"`
+		Source         text     `json:"source"`
+		ExecutionCount *int     `json:"execution_count"`
+		Outputs        []output `json:"outputs"`
+	} `json:"cells"`
+}
+
+type output struct {
+	Type  string          `json:"output_type"`
+	Name  string          `json:"name"`  // stream: stdout or stderr
+	Text  text            `json:"text"`  // stream
+	Data  map[string]text `json:"data"`  // display_data, execute_result
+	Error string          `json:"ename"` // error
+	Value string          `json:"evalue"`
+}
+
+// text is a multi-line string, which the format writes either as one string or as a list of lines.
+type text string
+
+func (t *text) UnmarshalJSON(b []byte) error {
+	var lines []string
+	if err := json.Unmarshal(b, &lines); err == nil {
+		*t = text(strings.Join(lines, ""))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	*t = text(s)
+	return nil
+}
+
+var failureLine = regexp.MustCompile(`^(exit status \d+|panic: .*|fatal error: .*|ERROR: .*)$`)
+
+// check returns the failures an executed notebook shows, one line each, or an error when it is not a notebook.
+func check(data []byte) ([]string, error) {
+	var nb notebook
+	if err := json.Unmarshal(data, &nb); err != nil {
+		return nil, fmt.Errorf("not a notebook: %w", err)
+	}
+	if len(nb.Cells) == 0 {
+		return nil, fmt.Errorf("not a notebook: no cells")
+	}
+	var problems []string
+	code := 0
+	for _, c := range nb.Cells {
+		if c.Type != "code" {
+			continue
+		}
+		code++
+		where := fmt.Sprintf("code cell %d", code)
+		if c.ExecutionCount == nil && strings.TrimSpace(string(c.Source)) != "" {
+			problems = append(problems, where+": not executed")
+		}
+		for _, o := range c.Outputs {
+			if o.Type == "error" {
+				problems = append(problems, fmt.Sprintf("%s: error output %s: %s", where, o.Error, firstLine(o.Value)))
+				continue
+			}
+			texts := []text{o.Text, o.Data["text/plain"]}
+			for _, t := range texts {
+				for _, line := range strings.Split(string(t), "\n") {
+					if line = strings.TrimSpace(line); failureLine.MatchString(line) {
+						problems = append(problems, fmt.Sprintf("%s: output line %q", where, line))
+					}
+				}
+			}
+		}
+	}
+	if code == 0 {
+		return nil, fmt.Errorf("not a notebook: no code cells")
+	}
+	return problems, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
