@@ -106,7 +106,7 @@ func runPlan(args []string, w io.Writer) error {
 		}
 		return writeJSON(w, out)
 	}
-	fmt.Fprintf(w, "plan for %s\nbudget %s; memory from %s; time from FLOPs at %.1f (f32) / %.1f (bf16) TFLOP/s\n\n",
+	fmt.Fprintf(w, "plan for %s\nbudget %s; memory from %s; time from FLOPs at %g (f32) / %g (bf16) TFLOP/s\n\n",
 		describe(base), ograph.FormatBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
 	if best >= 0 {
 		b := rows[best]
