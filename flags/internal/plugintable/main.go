@@ -34,6 +34,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/onegpu/onegpu/flags/internal/tablegen"
+
 	"github.com/onegpu/onegpu/flags/internal/pjrtprobe"
 )
 
@@ -348,25 +350,9 @@ func readTable(path string) ([]row, error) {
 	return out, nil
 }
 
-// tsv returns the lines of a tab-separated file other than blank lines and '#' comments, split
-// into exactly n fields.
+// tsv returns the rows of a tab-separated file (see tablegen.Rows).
 func tsv(path string, n int) ([][]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out [][]string
-	for i, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Split(line, "\t")
-		if len(fields) != n {
-			return nil, fmt.Errorf("%s:%d: %d tab-separated fields, want %d", path, i+1, len(fields), n)
-		}
-		out = append(out, fields)
-	}
-	return out, nil
+	return tablegen.Rows(os.DirFS(filepath.Dir(path)), filepath.Base(path), n)
 }
 
 // readNames returns the names of a file with one name per line, '#' comments and blank lines

@@ -173,8 +173,8 @@ func (r flagRow) literal() string {
 	return s.String()
 }
 
-// rows returns the non-comment, non-blank lines of a TSV file split into exactly n fields.
-func rows(fsys fs.FS, file string, n int) ([][]string, error) {
+// Rows returns the non-comment, non-blank lines of a TSV file split into exactly n fields.
+func Rows(fsys fs.FS, file string, n int) ([][]string, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, err
@@ -194,7 +194,7 @@ func rows(fsys fs.FS, file string, n int) ([][]string, error) {
 }
 
 func readBuilds(fsys fs.FS) ([]build, error) {
-	lines, err := rows(fsys, BuildsFile, 5)
+	lines, err := Rows(fsys, BuildsFile, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +219,7 @@ func readBuilds(fsys fs.FS) ([]build, error) {
 }
 
 func readCustom(fsys fs.FS) (map[string]custom, error) {
-	lines, err := rows(fsys, CustomFile, 5)
+	lines, err := Rows(fsys, CustomFile, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +263,7 @@ func readValues(fsys fs.FS, builds []build) (map[string]map[string]valueRule, er
 		out[b.key] = map[string]valueRule{}
 	}
 	for _, file := range files {
-		lines, err := rows(fsys, file, 5)
+		lines, err := Rows(fsys, file, 5)
 		if err != nil {
 			return nil, err
 		}
@@ -376,7 +376,7 @@ var kindIdents = map[string]struct {
 }
 
 func readFlags(fsys fs.FS, file string, customs map[string]custom, used map[string]bool, rules map[string]valueRule) ([]flagRow, error) {
-	lines, err := rows(fsys, file, 4)
+	lines, err := Rows(fsys, file, 4)
 	if err != nil {
 		return nil, err
 	}
