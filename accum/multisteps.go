@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	gomlxtrain "github.com/gomlx/gomlx/pkg/ml/train"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -19,7 +21,7 @@ type GradientsOptimizer interface {
 	optimizers.Interface
 	// UpdateGraphWithGradients applies grads, one per trainable variable used in the graph, in
 	// context order; lossDType is the dtype the optimizer computes in by default.
-	UpdateGraphWithGradients(ctx *context.Context, grads []*graph.Node, lossDType dtypes.DType)
+	gomlxtrain.OptimizeWithGradients
 }
 
 // Names of MultiSteps' state, in its scope (DefaultScope by default).

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 
+	gomlxtrain "github.com/gomlx/gomlx/pkg/ml/train"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -16,8 +18,8 @@ import (
 type GradientsOptimizer interface {
 	optimizers.Interface
 	// UpdateGraphWithGradients applies grads, one per trainable variable used in the graph, in
-	// context iteration order; lossDType is the dtype the optimizer computes in by default.
-	UpdateGraphWithGradients(ctx *context.Context, grads []*graph.Node, lossDType dtypes.DType)
+	// context order; lossDType is the dtype the optimizer computes in by default.
+	gomlxtrain.OptimizeWithGradients
 }
 
 // Metric names of Optimizer.Metrics.
