@@ -235,6 +235,9 @@ func badValue(f Flag, value string) string {
 			return fmt.Sprintf("%q %s", value, problem)
 		}
 	}
+	if f.Name == backendExtraOptions {
+		return backendOptionsProblem(value)
+	}
 	return formProblem(f, value)
 }
 

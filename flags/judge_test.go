@@ -5,6 +5,8 @@ package flags
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -26,10 +28,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestPluginJudge holds Set.Check to what the real plugin named by ONEGPU_PJRT_PLUGIN does: for
-// every XLA_FLAGS text of judgeCases and freeTextCases, a child process sets it and creates a
-// client. A text Check accepts must let the child create its client; a text Check rejects must
-// end the child (and, for one setting, for the reason Check gives: an unknown flag, or a value
-// XLA cannot read). Every verdict is enforced, those on the values of enums, lists and the other
+// every XLA_FLAGS text of judgeCases, freeTextCases and generatedCases, a child process sets it,
+// creates a client and compiles and runs a small program (XLA reads some flags only when it
+// compiles). A text Check accepts must let the child do all of that; a text Check rejects must
+// end the child (and, for one setting, for the reason Check gives: an unknown flag, a value XLA
+// cannot read, or an option LLVM does not know). Every verdict is enforced, those on the values of enums, lists and the other
 // flags XLA parses with setters of their own included. Texts Check accepts are probed in batches,
 // split in halves when a batch fails; rejected ones one per child.
 //
@@ -49,7 +52,7 @@ func TestPluginJudge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &judge{t: t, prober: pjrtprobe.Prober{Plugin: plugin, Command: []string{self, "-test.run=^$"}}}
+	j := &judge{t: t, prober: pjrtprobe.Prober{Plugin: plugin, Command: []string{self, "-test.run=^$"}, Dir: t.TempDir(), Compile: true}}
 	start := time.Now()
 	base := j.probe("")
 	if base.Outcome != pjrtprobe.Accepted {
@@ -64,7 +67,7 @@ func TestPluginJudge(t *testing.T) {
 	}
 
 	var accepted, rejected []judgeCase
-	for _, c := range append(judgeCases(b), freeTextCases(b)...) {
+	for _, c := range slices.Concat(judgeCases(b), freeTextCases(b), generatedCases(b, 200)) {
 		set, _ := Parse(c.text) // Check reports Parse's problems too
 		warnings, err := set.Check(b)
 		var ps Problems
@@ -316,6 +319,64 @@ func freeTextCases(b Build) []judgeCase {
 	return cs
 }
 
+// generatedCases returns n texts of one to four settings each, drawn with a fixed seed from the
+// values judgeCases and valueCases try (whose verdicts are exact, not conservative) and from
+// items of xla_backend_extra_options, whose keys XLA hands to LLVM at compile time unless they
+// start with xla_. Settings that Check accepts one by one may still clash when set together;
+// the plugin has the last word on each text.
+func generatedCases(b Build, n int) []judgeCase {
+	rng := rand.New(rand.NewPCG(18, 2026))
+	var pools [][]string // per flag: setting texts
+	for i, f := range b.Flags() {
+		if f.Form == FormUnknown {
+			continue
+		}
+		set := func(values ...string) []string {
+			out := make([]string, len(values))
+			for i, v := range values {
+				out[i] = "--" + f.Name + "=" + v
+			}
+			return out
+		}
+		var pool []string
+		switch {
+		case f.Name == backendExtraOptions:
+			pool = set("xla_onegpu_a=1", "xla_onegpu_a,xla_onegpu_b=x=y", "bogus", "-bogus", "xla_onegpu_a,bogus=1", "", "xla_onegpu_a,", "=1")
+		case f.Kind == KindBool:
+			pool = append(set("true", "false", "1", "0", "TRUE", "False", []string{"yes", "", "2"}[i%3]), "--"+f.Name)
+		case f.Kind == KindInt && f.Bits == 64:
+			pool = set("7", "+7", "007", "1.5", "", "7abc", "9223372036854775808")
+		case f.Kind == KindInt:
+			pool = set("7", "+7", "007", "1.5", "", "7abc", "2147483648")
+		case f.Kind == KindFloat:
+			pool = set("1.5", "-2", ".5", "1E-3", "inf", "nan", "1.5f", "", "abc")
+		case f.Kind == KindString:
+			pool = set("onegpu-judge-text")
+		}
+		for _, c := range valueCases(f) {
+			pool = append(pool, c.text)
+		}
+		if len(pool) > 0 {
+			pools = append(pools, pool)
+		}
+		if f.Name == backendExtraOptions { // drawn often: a fifth of the settings
+			for range len(b.Flags()) / 4 {
+				pools = append(pools, pool)
+			}
+		}
+	}
+	cs := make([]judgeCase, n)
+	for i := range cs {
+		settings := make([]string, 1+rng.IntN(4))
+		for j := range settings {
+			pool := pools[rng.IntN(len(pools))]
+			settings[j] = pool[rng.IntN(len(pool))]
+		}
+		cs[i] = judgeCase{text: strings.Join(settings, " "), about: fmt.Sprintf("generated text %d", i)}
+	}
+	return cs
+}
+
 // judge runs the probes of TestPluginJudge.
 type judge struct {
 	t        *testing.T
@@ -350,6 +411,8 @@ func (j *judge) rejected(c judgeCase) {
 		want = pjrtprobe.UnknownFlag
 	case strings.Contains(msg, "Couldn't interpret value"), strings.Contains(msg, "out of the int"), strings.Contains(msg, "Flag parsing failed"):
 		want = pjrtprobe.BadValue
+	case strings.Contains(msg, "LLVM's option parser"):
+		want = pjrtprobe.UnknownLLVMOption
 	}
 	if want != 0 && r.Outcome != want {
 		j.t.Errorf("%s (%s): Check says %q; the plugin refuses it with %s (%s)", c.text, c.about, c.problems[0].Message, r.Outcome, r.Summary())

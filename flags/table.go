@@ -146,6 +146,9 @@ func (f Flag) Type() string {
 // "--xla_gpu_autotune_level=<int32>".
 func (f Flag) Syntax() string {
 	values := strings.Join(f.Values, "|")
+	if f.Name == backendExtraOptions {
+		return "--" + f.Name + "=xla_KEY[=VALUE][,...] (XLA's own options; leave LLVM's out), or leave it unset"
+	}
 	switch f.Form {
 	case FormUnknown:
 		return "leave --" + f.Name + " unset (onegpu does not know the values this build accepts)"

@@ -104,6 +104,8 @@ func TestFlagsCheck(t *testing.T) {
 			want: []string{"json: not a flag of head"}},
 		{name: "no string checks XLA_FLAGS", xlaFlags: "--xla_gpu_deterministic_ops", want: []string{"accepts these 1 flags"}},
 		{name: "empty", args: []string{""}, want: []string{"ok: no flags"}},
+		{name: "an LLVM option XLA would hand to LLVM at compile time", args: []string{"--xla_backend_extra_options=bogus"}, code: 1,
+			want: []string{`xla_backend_extra_options: item "bogus"`, "LLVM ends the process", "fix: --xla_backend_extra_options=xla_KEY"}},
 		{name: "a warning keeps exit 0", args: []string{"--xla_gpu_enable_cudnn_fmha=false"},
 			want: []string{"warning: xla_gpu_enable_cudnn_fmha (cuda-0.11): deprecated"}},
 	}

@@ -1,8 +1,10 @@
 // Package pjrtprobe asks a real PJRT plugin what it does with an XLA_FLAGS value. XLA parses
 // XLA_FLAGS when a plugin creates its first client, and ends the process on a flag it does not
 // know or a value it cannot read, so every question is asked in a child process: the child
-// creates a client with the plugin and exits 0; the parent reads the child's exit status and
-// standard error.
+// creates a client with the plugin (and, with Prober.Compile, compiles and runs a small program:
+// XLA reads some flags only when it compiles, and LLVM ends the process on an option of
+// xla_backend_extra_options it does not know) and exits 0; the parent reads the child's exit
+// status and standard error.
 //
 // The child is the parent's own executable started again with ChildEnv set: a command calls
 // RunChildIfAsked first thing in main, a test first thing in TestMain. flags/internal/plugintable
@@ -27,14 +29,18 @@ import (
 // plugin it names (an absolute path or a plugin name go-xla can find) and exit.
 const ChildEnv = "ONEGPU_PJRT_PROBE_CHILD"
 
+// compileEnv, set to 1 in a child's environment, makes it compile and run a program too.
+const compileEnv = "ONEGPU_PJRT_PROBE_COMPILE"
+
 // childPrefix starts the line a child prints when its client exists.
 const childPrefix = "pjrtprobe: client "
 
 // RunChildIfAsked returns at once unless ChildEnv is set. When it is, it creates a client with
 // the plugin ChildEnv names, which makes XLA parse XLA_FLAGS, prints the client's platform and
-// the plugin's PJRT C API version, and exits: 0 when the client exists, 3 when the plugin cannot
-// be loaded, 4 when the client cannot be created. XLA itself ends the process, with status 1,
-// when it rejects XLA_FLAGS.
+// the plugin's PJRT C API version, compiles and runs a small program when the parent asked for it
+// (Prober.Compile; see compileAndRun), and exits: 0 when all of that works, 3 when the plugin cannot be loaded, 4 when the client cannot be
+// created, 5 when the program does not compile or run right. XLA itself ends the process, with
+// status 1, when it rejects XLA_FLAGS, and LLVM with status 1 on an option it does not know.
 func RunChildIfAsked() {
 	plugin, ok := os.LookupEnv(ChildEnv)
 	if !ok {
@@ -52,7 +58,71 @@ func RunChildIfAsked() {
 	}
 	major, minor := p.Version()
 	fmt.Printf("%splatform=%s pjrt=%d.%d\n", childPrefix, client.Platform(), major, minor)
+	if os.Getenv(compileEnv) != "1" {
+		os.Exit(0)
+	}
+	if err := compileAndRun(client); err != nil {
+		fmt.Fprintf(os.Stderr, "pjrtprobe: compiling and running a program with plugin %q: %v\n", plugin, err)
+		os.Exit(5)
+	}
 	os.Exit(0)
+}
+
+// probeProgram is a small StableHLO program with the ops whose compilation reads flags beyond
+// client creation (a dot, which goes through the backend's code generator and LLVM, and a
+// reduction): x·x + sum(x), for x float32[4, 4].
+const probeProgram = `module @probe {
+  func.func @main(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %dot = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<4x4xf32>, tensor<f32>) -> tensor<f32>
+    %b = stablehlo.broadcast_in_dim %sum, dims = [] : (tensor<f32>) -> tensor<4x4xf32>
+    %out = stablehlo.add %dot, %b : tensor<4x4xf32>
+    return %out : tensor<4x4xf32>
+  }
+}`
+
+// compileAndRun compiles probeProgram and runs it once, checking its result: XLA reads some
+// flags only when it compiles (xla_backend_extra_options goes to LLVM's option parser then, which
+// ends the process on an option it does not know), so a client alone does not show that a flag
+// is harmless.
+func compileAndRun(client *pjrt.Client) error {
+	exec, err := client.Compile().WithStableHLO([]byte(probeProgram)).Done()
+	if err != nil {
+		return fmt.Errorf("compile: %w", err)
+	}
+	x := make([]float32, 16)
+	for i := range x {
+		x[i] = float32(i % 3)
+	}
+	in, err := client.BufferFromHost().FromFlatDataWithDimensions(x, []int{4, 4}).Done()
+	if err != nil {
+		return err
+	}
+	outs, err := exec.Execute(in).Done()
+	if err != nil {
+		return fmt.Errorf("execute: %w", err)
+	}
+	got, _, err := pjrt.BufferToArray[float32](outs[0])
+	if err != nil {
+		return err
+	}
+	var sum float32
+	for _, v := range x {
+		sum += v
+	}
+	for i := range 4 {
+		for j := range 4 {
+			want := sum
+			for k := range 4 {
+				want += x[i*4+k] * x[k*4+j]
+			}
+			if got[i*4+j] != want {
+				return fmt.Errorf("result [%d, %d] = %g, want %g", i, j, got[i*4+j], want)
+			}
+		}
+	}
+	return nil
 }
 
 // Outcome is what the plugin did with an XLA_FLAGS value.
@@ -67,6 +137,10 @@ const (
 	// BadValue: XLA knows the flag but ended the process on its value ("Couldn't interpret
 	// value", or a flag's own setter refused it: "Flag parsing failed").
 	BadValue
+	// UnknownLLVMOption: LLVM ended the process, when XLA compiled the child's program, on an
+	// option it does not know ("Unknown command line argument"): an item of
+	// xla_backend_extra_options that XLA hands to LLVM.
+	UnknownLLVMOption
 	// Failed: the child failed some other way (the plugin did not load, the client could not
 	// be created, a crash); Result.Stderr says how.
 	Failed
@@ -81,6 +155,8 @@ func (o Outcome) String() string {
 		return "unknown flag"
 	case BadValue:
 		return "bad value"
+	case UnknownLLVMOption:
+		return "unknown LLVM option"
 	case Failed:
 		return "failed"
 	}
@@ -107,6 +183,12 @@ type Prober struct {
 	Command []string
 	// Timeout bounds each child; zero means a minute.
 	Timeout time.Duration
+	// Dir is the children's working folder, where the files that flags with relative paths ask
+	// for land (--xla_dump_to=x writes x/ when the child compiles); empty means the parent's.
+	Dir string
+	// Compile makes each child also compile and run a small program after creating its
+	// client, so that flags XLA reads only when it compiles are judged too.
+	Compile bool
 }
 
 // Probe starts a child with XLA_FLAGS set to xlaFlags and reports what the plugin did.
@@ -123,6 +205,10 @@ func (p Prober) Probe(ctx context.Context, xlaFlags string) (Result, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, p.Command[0], p.Command[1:]...)
 	cmd.Env = childEnv(os.Environ(), p.Plugin, xlaFlags)
+	if p.Compile {
+		cmd.Env = append(cmd.Env, compileEnv+"=1")
+	}
+	cmd.Dir = p.Dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -155,7 +241,7 @@ func childEnv(env []string, plugin, xlaFlags string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "XLA_FLAGS", ChildEnv, "TF_CPP_MIN_LOG_LEVEL":
+		case "XLA_FLAGS", ChildEnv, compileEnv, "TF_CPP_MIN_LOG_LEVEL":
 			continue
 		}
 		out = append(out, kv)
@@ -175,6 +261,8 @@ func classify(exitCode int, stderr string) Outcome {
 		return UnknownFlag
 	case exitCode == 1 && (strings.Contains(stderr, "Couldn't interpret value") || strings.Contains(stderr, "Flag parsing failed")):
 		return BadValue
+	case exitCode == 1 && strings.Contains(stderr, "Unknown command line argument"):
+		return UnknownLLVMOption
 	}
 	return Failed
 }
@@ -201,7 +289,7 @@ func (r Result) Summary() string {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(r.Stderr, "\n"), "\n")
-	for _, marker := range []string{"Unknown flag", "Couldn't interpret value", "Flag parsing failed", "pjrtprobe:"} {
+	for _, marker := range []string{"Unknown flag", "Couldn't interpret value", "Flag parsing failed", "Unknown command line argument", "pjrtprobe:"} {
 		for _, line := range lines {
 			if i := strings.Index(line, marker); i >= 0 {
 				return strings.TrimSpace(line[i:])

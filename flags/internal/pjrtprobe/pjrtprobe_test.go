@@ -19,6 +19,8 @@ func TestClassify(t *testing.T) {
 		{1, "F0000 Check failed: ... Flag parsing failed.", BadValue},
 		{3, "pjrtprobe: loading plugin: no such file", Failed},
 		{-1, "", Failed},
+		{1, "xla: Unknown command line argument 'bogus'.  Try: 'xla --help'", UnknownLLVMOption},
+		{5, "pjrtprobe: compiling and running a program: compile: ...", Failed},
 		{134, "Unknown flag", Failed}, // an abort is no verdict on flags
 	}
 	for _, tt := range tests {
