@@ -1,6 +1,8 @@
 package models
 
 import (
+	"fmt"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -13,6 +15,21 @@ type ClassifierConfig struct {
 	Inputs, Hidden, Classes int
 	Dropout                 float64
 	Batch                   int
+}
+
+// Validate returns an error naming the first field that cannot work, and why.
+func (c ClassifierConfig) Validate() error {
+	switch {
+	case c.Inputs < 1 || c.Hidden < 1:
+		return fmt.Errorf("classifier config: Inputs = %d and Hidden = %d must be at least 1", c.Inputs, c.Hidden)
+	case c.Classes < 2:
+		return fmt.Errorf("classifier config: Classes = %d must be at least 2", c.Classes)
+	case !(c.Dropout >= 0 && c.Dropout < 1): // NaN too
+		return fmt.Errorf("classifier config: Dropout = %g must be in [0, 1)", c.Dropout)
+	case float64(c.Inputs)*float64(c.Hidden)+float64(c.Hidden)*float64(c.Classes) > MaxTensorElements:
+		return fmt.Errorf("classifier config: %d inputs, %d hidden and %d classes make more parameters than onegpu counts (2^46)", c.Inputs, c.Hidden, c.Classes)
+	}
+	return nil
 }
 
 // TutorialClassifier is the tutorial's MLP classifier: 128 inputs, 256 hidden, 100 classes,

@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 )
@@ -23,8 +24,18 @@ type GPTConfig struct {
 	Description  string // one line for people
 }
 
-// Heads is Hidden / HeadDim.
-func (c GPTConfig) Heads() int { return c.Hidden / c.HeadDim }
+// Heads is Hidden / HeadDim, or 0 when HeadDim is not positive (Validate refuses such a config).
+func (c GPTConfig) Heads() int {
+	if c.HeadDim < 1 {
+		return 0
+	}
+	return c.Hidden / c.HeadDim
+}
+
+// MaxTensorElements bounds the values of any one tensor a config may ask for, and of its
+// parameter count: 2^46 (about 7·10^13, 256 TiB in float32). Memory estimates add up thousands
+// of tensors' bytes in int64, which stays exact below it; a size past it is a typo, not a model.
+const MaxTensorElements = 1 << 46
 
 // Validate returns an error naming the first field that cannot work, and why.
 func (c GPTConfig) Validate() error {
@@ -44,19 +55,43 @@ func (c GPTConfig) Validate() error {
 	if c.Batch%c.MicroBatch != 0 {
 		return fmt.Errorf("GPT config: Batch = %d does not split into MicroBatch = %d equal micro-batches", c.Batch, c.MicroBatch)
 	}
-	if c.Dropout < 0 || c.Dropout >= 1 {
+	if !(c.Dropout >= 0 && c.Dropout < 1) { // NaN too
 		return fmt.Errorf("GPT config: Dropout = %g must be in [0, 1)", c.Dropout)
+	}
+	if !(c.LearningRate >= 0) || math.IsInf(c.LearningRate, 0) {
+		return fmt.Errorf("GPT config: LearningRate = %g must be a finite number, at least 0", c.LearningRate)
+	}
+	micro := float64(c.Batch / c.MicroBatch)
+	sizes := []struct {
+		what     string
+		elements float64
+	}{
+		{"the parameter count", paramCount[float64](c)},
+		{"a batch of tokens (Batch × SeqLen)", float64(c.Batch) * float64(c.SeqLen)},
+		{"a micro-batch's logits (Batch/MicroBatch × SeqLen × Vocab)", micro * float64(c.SeqLen) * float64(c.Vocab)},
+		{"a micro-batch's MLP activations (Batch/MicroBatch × SeqLen × MLPFactor·Hidden)", micro * float64(c.SeqLen) * float64(c.MLPFactor) * float64(c.Hidden)},
+		{"a micro-batch's attention scores (Batch/MicroBatch × heads × SeqLen²)", micro * float64(c.Heads()) * float64(c.SeqLen) * float64(c.SeqLen)},
+	}
+	for _, size := range sizes {
+		if size.elements > MaxTensorElements {
+			return fmt.Errorf("GPT config: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", size.what, size.elements)
+		}
 	}
 	return nil
 }
 
-// Params returns the number of parameters of the GPT, counted from the config.
-func (c GPTConfig) Params() int64 {
-	h, f, v, t := int64(c.Hidden), int64(c.MLPFactor*c.Hidden), int64(c.Vocab), int64(c.SeqLen)
+// Params returns the number of parameters of the GPT, counted from the config. It is exact for
+// configs Validate accepts (their count is below MaxTensorElements).
+func (c GPTConfig) Params() int64 { return paramCount[int64](c) }
+
+// paramCount counts the parameters in T: int64 for the exact count, float64 to see whether the
+// count would overflow.
+func paramCount[T int64 | float64](c GPTConfig) T {
+	h, f, v, t := T(c.Hidden), T(c.MLPFactor)*T(c.Hidden), T(c.Vocab), T(c.SeqLen)
 	norm := 2 * h
 	mlp := norm + h*f + f + f*h + h
 	attn := norm + h*3*h + 3*h + h*h + h
-	return v*h + t*h + int64(c.Layers)*(mlp+attn) + norm + h*v + v
+	return v*h + t*h + T(c.Layers)*(mlp+attn) + norm + h*v + v
 }
 
 // Presets of the GPT config. "tutorial" is the tutorial's model (155,877,376 parameters); "small"

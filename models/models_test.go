@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -106,5 +107,41 @@ func TestGPTConfigErrors(t *testing.T) {
 	}
 	if _, err := models.Preset("huge"); err == nil || !strings.Contains(err.Error(), "tiny") {
 		t.Errorf("Preset(huge) = %v, want an error listing the presets", err)
+	}
+}
+
+// TestGPTConfigRefusesWhatCannotWork: the zero config has no heads (not a division by zero), and
+// Validate names NaN dropouts and sizes whose counts overflow.
+func TestGPTConfigRefusesWhatCannotWork(t *testing.T) {
+	if got := (models.GPTConfig{}).Heads(); got != 0 {
+		t.Errorf("GPTConfig{}.Heads() = %d, want 0", got)
+	}
+	if err := (models.GPTConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "Hidden = 0") {
+		t.Errorf("GPTConfig{}.Validate() = %v", err)
+	}
+	huge := models.Presets["tiny"]
+	huge.Hidden, huge.HeadDim, huge.Layers = 1<<20, 1<<10, 1<<20 // 2^20 layers of 12·2^40 weights: past int64's 2^63
+	if float64(huge.Params()) == float64(huge.Layers)*12*float64(huge.Hidden)*float64(huge.Hidden) {
+		t.Fatalf("the test's sizes do not overflow int64")
+	}
+	if err := huge.Validate(); err == nil || !strings.Contains(err.Error(), "the parameter count would be") {
+		t.Errorf("sizes whose parameter count overflows: %v", err)
+	}
+	for _, bad := range []models.ClassifierConfig{
+		{Inputs: 4, Hidden: 4, Classes: 2, Dropout: math.NaN()},
+		{Inputs: 4, Hidden: 4, Classes: 1},
+		{Inputs: 1 << 40, Hidden: 1 << 20, Classes: 2},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("ClassifierConfig%+v.Validate() accepted it", bad)
+		}
+	}
+	if err := models.TutorialClassifier.Validate(); err != nil {
+		t.Error(err)
+	}
+	nan := models.Presets["tiny"]
+	nan.Dropout = math.NaN()
+	if err := nan.Validate(); err == nil || !strings.Contains(err.Error(), "Dropout = NaN") {
+		t.Errorf("NaN dropout: %v", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/onegpu/onegpu/models"
 )
 
 // Data yields the batches of a run. Batch(step) is deterministic, so a resumed run sees exactly the
@@ -25,8 +27,16 @@ type SyntheticTokens struct {
 	batch, seqLen  int
 }
 
-// NewSyntheticTokens draws the batch [batch, seqLen] with the given seed.
-func NewSyntheticTokens(batch, seqLen, vocab int, seed uint64) *SyntheticTokens {
+// NewSyntheticTokens draws the batch [batch, seqLen] with the given seed. It returns an error
+// for sizes below 1, a vocabulary below 2 (token 0 is the start token) or a batch too large to
+// count.
+func NewSyntheticTokens(batch, seqLen, vocab int, seed uint64) (*SyntheticTokens, error) {
+	if err := checkDataSizes("synthetic tokens", size{"batch", batch}, size{"sequence length", seqLen}); err != nil {
+		return nil, err
+	}
+	if vocab < 2 {
+		return nil, fmt.Errorf("synthetic tokens: a vocabulary of %d: the tokens are in [1, vocab), so it must be at least 2", vocab)
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tokens := make([]int32, batch*seqLen)
 	for i := range tokens {
@@ -37,7 +47,29 @@ func NewSyntheticTokens(batch, seqLen, vocab int, seed uint64) *SyntheticTokens 
 		copy(inputs[b*seqLen+1:(b+1)*seqLen], tokens[b*seqLen:(b+1)*seqLen-1])
 	}
 	return &SyntheticTokens{inputs: tensors.FromFlatDataAndDimensions(inputs, batch, seqLen),
-		labels: tensors.FromFlatDataAndDimensions(tokens, batch, seqLen), batch: batch, seqLen: seqLen}
+		labels: tensors.FromFlatDataAndDimensions(tokens, batch, seqLen), batch: batch, seqLen: seqLen}, nil
+}
+
+// size is one dimension of a batch, named for messages.
+type size struct {
+	name  string
+	value int
+}
+
+// checkDataSizes returns an error naming the first size below 1, or saying that the sizes'
+// product is more values than onegpu counts (models.MaxTensorElements).
+func checkDataSizes(what string, sizes ...size) error {
+	product := 1.0
+	for _, s := range sizes {
+		if s.value < 1 {
+			return fmt.Errorf("%s: %s %d must be at least 1", what, s.name, s.value)
+		}
+		product *= float64(s.value)
+	}
+	if product > models.MaxTensorElements {
+		return fmt.Errorf("%s: a batch of %.3g values is more than onegpu counts (2^46): choose smaller sizes", what, product)
+	}
+	return nil
 }
 
 func (d *SyntheticTokens) Batch(int) []*tensors.Tensor { return []*tensors.Tensor{d.inputs, d.labels} }
@@ -63,7 +95,10 @@ type Text struct {
 
 // NewText prepares byte-level batches of the text (vocabulary 256).
 func NewText(text []byte, batch, seqLen int, seed uint64) (*Text, error) {
-	if len(text)/10 < seqLen+1 {
+	if err := checkDataSizes("text", size{"batch", batch}, size{"sequence length", seqLen}); err != nil {
+		return nil, err
+	}
+	if len(text)/10 < seqLen+2 { // windows of seqLen+1 bytes at one of at least 1 position, in either part
 		return nil, fmt.Errorf("a text of %d bytes is too short for sequences of %d bytes", len(text), seqLen)
 	}
 	return &Text{text: text, batch: batch, seqLen: seqLen, seed: seed}, nil
@@ -103,8 +138,15 @@ type ClassifierBatch struct {
 	inputs, labels *tensors.Tensor
 }
 
-// NewClassifierBatch draws the batch with the given seed.
-func NewClassifierBatch(batch, inputs, classes int, seed uint64) *ClassifierBatch {
+// NewClassifierBatch draws the batch with the given seed. It returns an error for sizes or a
+// number of classes below 1, or a batch too large to count.
+func NewClassifierBatch(batch, inputs, classes int, seed uint64) (*ClassifierBatch, error) {
+	if err := checkDataSizes("classification batch", size{"batch", batch}, size{"inputs", inputs}); err != nil {
+		return nil, err
+	}
+	if classes < 1 {
+		return nil, fmt.Errorf("classification batch: %d classes: the labels are in [0, classes), so there must be at least 1", classes)
+	}
 	rng := rand.New(rand.NewPCG(seed, 0xc1a55))
 	x := make([]float32, batch*inputs)
 	for i := range x {
@@ -114,7 +156,7 @@ func NewClassifierBatch(batch, inputs, classes int, seed uint64) *ClassifierBatc
 	for i := range y {
 		y[i] = int32(rng.IntN(classes))
 	}
-	return &ClassifierBatch{inputs: tensors.FromFlatDataAndDimensions(x, batch, inputs), labels: tensors.FromFlatDataAndDimensions(y, batch)}
+	return &ClassifierBatch{inputs: tensors.FromFlatDataAndDimensions(x, batch, inputs), labels: tensors.FromFlatDataAndDimensions(y, batch)}, nil
 }
 
 func (d *ClassifierBatch) Batch(int) []*tensors.Tensor { return []*tensors.Tensor{d.inputs, d.labels} }

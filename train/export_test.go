@@ -109,7 +109,8 @@ func TestExportTinyGPT(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	data := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	must(t, err)
 	must(t, tr.Initialize())
 	if tr.GlobalStep() != 0 {
 		t.Fatalf("after Initialize the global step is %d, want 0", tr.GlobalStep())
@@ -189,7 +190,8 @@ func TestExportClassifierNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	data := train.NewClassifierBatch(4, 8, 5, 1)
+	data, err := train.NewClassifierBatch(4, 8, 5, 1)
+	must(t, err)
 	must(t, tr.Initialize())
 	ref, err := tr.Export(t.TempDir(), data, 1)
 	if err != nil {

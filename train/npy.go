@@ -15,6 +15,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/onegpu/onegpu/models"
 )
 
 // npyMagic starts every .npy file; the format is NumPy's version 1.0: magic, version, a
@@ -99,8 +101,14 @@ var (
 	npyShapeRE = regexp.MustCompile(`'shape':\s*\(([^)]*)\)`)
 )
 
+// npyMaxHeader bounds the header's length, as NumPy's max_header_size does (10,000 bytes there):
+// a header is a short dict, and a corrupt length must not make ReadNPY allocate gigabytes.
+const npyMaxHeader = 1 << 16
+
 // ReadNPY reads a .npy file (versions 1.0 to 3.0, C order, little-endian) of one of the dtypes
-// WriteNPY writes.
+// WriteNPY writes. A header that cannot be right (negative dimensions, more values than onegpu
+// counts, an overlong header) and data shorter than the header's shape are errors; nothing is
+// allocated for data the reader does not hold.
 func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
 	prefix := make([]byte, len(npyMagic)+2)
 	if _, err := io.ReadFull(r, prefix); err != nil {
@@ -126,6 +134,9 @@ func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
 	default:
 		return nil, fmt.Errorf("npy: unknown format version %d", major)
 	}
+	if headerLen > npyMaxHeader {
+		return nil, fmt.Errorf("npy: a header of %d bytes: more than %d, so not a .npy file onegpu reads", headerLen, npyMaxHeader)
+	}
 	header := make([]byte, headerLen)
 	if _, err := io.ReadFull(r, header); err != nil {
 		return nil, fmt.Errorf("npy: header: %w", err)
@@ -138,15 +149,20 @@ func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
 		return nil, fmt.Errorf("npy: Fortran order is not supported")
 	}
 	var dims []int
+	elements := 1.0
 	for _, part := range strings.Split(string(shape[1]), ",") {
 		if part = strings.TrimSpace(part); part == "" {
 			continue
 		}
 		d, err := strconv.Atoi(part)
-		if err != nil {
-			return nil, fmt.Errorf("npy: bad shape %q", shape[1])
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("npy: bad shape (%s): dimensions are numbers, at least 0", shape[1])
 		}
 		dims = append(dims, d)
+		elements *= float64(d)
+	}
+	if elements > models.MaxTensorElements {
+		return nil, fmt.Errorf("npy: shape (%s) holds %.3g values, more than onegpu counts (2^46)", shape[1], elements)
 	}
 	var dtype dtypes.DType
 	for d, s := range npyDescr {
@@ -157,19 +173,25 @@ func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
 	if dtype == dtypes.InvalidDType {
 		return nil, fmt.Errorf("npy: unsupported dtype %q", descr[1])
 	}
-	t := tensors.FromShape(shapes.Make(dtype, dims...))
-	var err error
+	dataShape := shapes.Make(dtype, dims...)
+	// Read what the reader holds, up to the size the header claims, before allocating the tensor.
+	want := int64(dataShape.Size()) * int64(dtype.Size())
+	raw, err := io.ReadAll(io.LimitReader(r, want))
+	if err != nil {
+		return nil, fmt.Errorf("npy: data: %w", err)
+	}
+	if int64(len(raw)) < want {
+		return nil, fmt.Errorf("npy: data: the header's shape (%s) of %s needs %d bytes, the file holds %d", shape[1], dtype, want, len(raw))
+	}
+	t := tensors.FromShape(dataShape)
 	t.MustMutableFlatData(func(flat any) {
 		if b, isBool := flat.([]bool); isBool {
-			raw := make([]byte, len(b))
-			if _, err = io.ReadFull(r, raw); err == nil {
-				for i, v := range raw {
-					b[i] = v != 0
-				}
+			for i, v := range raw {
+				b[i] = v != 0
 			}
 			return
 		}
-		err = binary.Read(r, binary.LittleEndian, flat)
+		err = binary.Read(bytes.NewReader(raw), binary.LittleEndian, flat)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("npy: data: %w", err)

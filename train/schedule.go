@@ -26,13 +26,15 @@ var TutorialSchedule = Schedule{Init: 0, Peak: 4e-4, WarmupSteps: 10, Transition
 // Validate returns an error naming a field that cannot work.
 func (s Schedule) Validate() error {
 	switch {
-	case s.Peak <= 0:
-		return fmt.Errorf("schedule: peak learning rate %g must be positive", s.Peak)
+	case !(s.Peak > 0) || math.IsInf(s.Peak, 0): // NaN too
+		return fmt.Errorf("schedule: peak learning rate %g must be a positive finite number", s.Peak)
+	case !(s.Init >= 0) || math.IsInf(s.Init, 0):
+		return fmt.Errorf("schedule: initial learning rate %g must be a finite number, at least 0", s.Init)
 	case s.WarmupSteps < 0:
 		return fmt.Errorf("schedule: %d warm-up steps cannot be negative", s.WarmupSteps)
 	case s.TransitionSteps < 1:
 		return fmt.Errorf("schedule: transition steps %d must be at least 1", s.TransitionSteps)
-	case s.DecayRate <= 0 || s.DecayRate > 1:
+	case !(s.DecayRate > 0 && s.DecayRate <= 1): // NaN too
 		return fmt.Errorf("schedule: decay rate %g must be in (0, 1]", s.DecayRate)
 	}
 	return nil

@@ -53,8 +53,11 @@ func (c Config) Validate() error {
 			return err
 		}
 	case "mlp":
-		if c.Classifier.Inputs < 1 || c.Classifier.Hidden < 1 || c.Classifier.Classes < 2 {
-			return fmt.Errorf("classifier config %+v: inputs and hidden must be positive and classes at least 2", c.Classifier)
+		if err := c.Classifier.Validate(); err != nil {
+			return err
+		}
+		if width := max(c.Classifier.Inputs, c.Classifier.Hidden, c.Classifier.Classes); float64(c.Batch)*float64(width) > models.MaxTensorElements {
+			return fmt.Errorf("a batch of %d examples of width %d is more values than onegpu counts (2^46): choose a smaller batch", c.Batch, width)
 		}
 	default:
 		return fmt.Errorf("unknown model %q: use gpt or mlp", c.Model)

@@ -124,7 +124,10 @@ func timeSteps(backend backends.Backend, spec ograph.BackendSpec, config train.C
 		return err
 	}
 	defer trainer.Close()
-	data := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	if err != nil {
+		return err
+	}
 	if _, err := trainer.Step(data.Batch(0)); err != nil { // compiles
 		return err
 	}

@@ -83,7 +83,7 @@ func runTrain(args []string, w io.Writer) error {
 // trainingData returns the data a config trains on.
 func trainingData(c train.Config, name string) (train.Data, error) {
 	if c.Model == "mlp" {
-		return train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed), nil
+		return train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
 	}
 	switch name {
 	case "text":
@@ -92,7 +92,7 @@ func trainingData(c train.Config, name string) (train.Data, error) {
 		}
 		return train.NewText(train.Corpus, c.Batch, c.GPT.SeqLen, c.Seed)
 	case "synthetic":
-		return train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, c.Seed), nil
+		return train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, c.Seed)
 	}
 	return nil, fmt.Errorf("unknown --data %q: use text or synthetic", name)
 }
