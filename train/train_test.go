@@ -136,7 +136,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *train.Config) { c.Model = "resnet" }, `unknown model "resnet"`},
 		{func(c *train.Config) { c.LossScale = "static=-1" }, "static needs a positive number"},
 		{func(c *train.Config) { c.GPT.HeadDim = 48 }, "HeadDim = 48 does not divide Hidden = 64"},
-		{func(c *train.Config) { c.Schedule.Peak = 0 }, "peak learning rate 0 must be positive"},
+		{func(c *train.Config) { c.Schedule.Peak = 0 }, "peak learning rate 0 must be a positive finite number"},
 	} {
 		c := tinyConfig(t)
 		tc.change(&c)
