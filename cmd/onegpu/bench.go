@@ -39,15 +39,28 @@ func runBench(args []string, w io.Writer) error {
 	fs := newFlagSet("bench", "[--preset P] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
-	steps := fs.Int("steps", 3, "timed steps per configuration (after one that compiles)")
+	steps := fs.Int("steps", 3, "timed steps per configuration (after one that compiles), at least 1")
 	estimateOnly := fs.Bool("estimate-only", false, "only build and analyze each step; run nothing")
-	plotFile := fs.String("plot", "", "write memory and time per configuration to this PNG file")
+	plotFile := fs.String("plot", "", "write memory and time per configuration to this PNG file (default: no plot)")
 	asJSON := fs.Bool("json", false, "print the grid as one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if s.model != "gpt" {
 		return fmt.Errorf("--model %s: the tutorial's grid varies remat over transformer blocks; bench the gpt", s.model)
+	}
+	set := given(fs)
+	if err := notApplicable(set, "the grid sets compute precision, remat and micro-batches itself", "policy", "remat", "microbatches"); err != nil {
+		return err
+	}
+	if *steps < 1 {
+		return fmt.Errorf("--steps %d: time at least one step", *steps)
+	}
+	_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
+	if *estimateOnly {
+		if err := notApplicable(set, "--estimate-only runs no steps", "steps"); err != nil {
+			return err
+		}
 	}
 	base, err := s.config()
 	if err != nil {

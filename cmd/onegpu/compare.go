@@ -1,11 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -82,7 +82,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 	fs := newFlagSet("compare", `[--configs cpu|gpu] [--config "FLAGS"]... [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
 	var o compareOptions
 	var custom compareFlagList
-	fs.Var(&custom, "config", `one configuration, written with train's flags, e.g. "--model gpt --preset tiny --policy float32 --remat none --microbatches 1" (repeatable; replaces --configs)`)
+	fs.Var(&custom, "config", `one configuration, written with train's flags, e.g. "--model gpt --preset tiny --policy float32 --remat none --microbatches 1" (repeatable; replaces --configs) (default: the set --configs names)`)
 	fs.StringVar(&o.set, "configs", "cpu", "the set of configurations: cpu (tiny GPT and MLP, seconds each) or gpu (the tutorial's GPT and MLP)")
 	fs.IntVar(&o.steps, "steps", 10, "train steps per configuration, on each side")
 	fs.StringVar(&o.backend, "backend", "", `onegpu's backend: "go" or "xla:/abs/path/plugin.so" (default: $GOMLX_BACKEND, then XLA with $ONEGPU_PJRT_PLUGIN — the same XLA as JAX's — then the embedded backend)`)
@@ -90,28 +90,57 @@ func runCompare(args []string, w, progress io.Writer) error {
 	fs.StringVar(&o.python, "python", "", "the Python with jax, flax and optax (default: $ONEGPU_PYTHON, then .venv/bin/python in this folder or a parent, then python3)")
 	fs.StringVar(&o.script, "script", "", "the JAX reference (default: reference/jax/tutorial.py in this folder or a parent)")
 	fs.StringVar(&o.keep, "keep", "", "write each configuration's exported weights, data and config under this folder and keep them (default: a temporary folder, removed)")
-	fs.Float64Var(&o.tolF32, "tol-f32", compareTolF32, "largest relative loss difference that agrees, float32 compute")
-	fs.Float64Var(&o.tolBF16, "tol-bf16", compareTolBF16, "largest relative loss difference that agrees, bfloat16 or float16 compute")
+	fs.Float64Var(&o.tolF32, "tol-f32", compareTolF32, "largest relative loss difference that agrees, float32 compute; at least 0")
+	fs.Float64Var(&o.tolBF16, "tol-bf16", compareTolBF16, "largest relative loss difference that agrees, bfloat16 or float16 compute; at least 0")
 	fs.StringVar(&o.accumulate, "jax-accumulate", "auto", "the reference's micro-batch loop: auto (the tutorial's: scan for gpt, loop for mlp), loop or scan")
 	fs.StringVar(&o.layerDTyp, "jax-layer-dtypes", "flax", "where the reference's LayerNorm and Embed cast in bfloat16: flax (the tutorial's layers) or onegpu (onegpu's placement)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
-	fs.StringVar(&o.jsonFile, "json-file", "", "also write the JSON object to this file (with the tables on stdout)")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&o.jsonFile, "json-file", "", "also write the JSON object to this file, with the tables on stdout (default: no file)")
+	if err := parseArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (flags go before them; see onegpu compare -h)", fs.Args())
 	}
 	if o.steps < 1 {
 		return fmt.Errorf("--steps %d: train at least one step", o.steps)
 	}
+	for _, tol := range []struct {
+		name  string
+		value float64
+	}{{"tol-f32", o.tolF32}, {"tol-bf16", o.tolBF16}} {
+		if !(tol.value >= 0) {
+			return fmt.Errorf("--%s %g: a tolerance is at least 0", tol.name, tol.value)
+		}
+	}
+	for _, enum := range []struct {
+		name, value string
+		values      []string
+	}{{"data", o.data, []string{"synthetic", "text"}}, {"jax-accumulate", o.accumulate, []string{"auto", "loop", "scan"}},
+		{"jax-layer-dtypes", o.layerDTyp, []string{"flax", "onegpu"}}} {
+		if !slices.Contains(enum.values, enum.value) {
+			return fmt.Errorf("unknown --%s %q: use %s", enum.name, enum.value, strings.Join(enum.values, ", "))
+		}
+	}
 	o.configs = custom
+	if len(o.configs) > 0 {
+		if err := notApplicable(given(fs), "--config replaces the set of configurations", "configs"); err != nil {
+			return err
+		}
+	}
+	for _, c := range custom {
+		if strings.TrimSpace(c) == "" {
+			return fmt.Errorf("--config '': write a configuration with train's flags, e.g. \"--model mlp\"")
+		}
+	}
 	if len(o.configs) == 0 {
 		set, ok := compareSets[o.set]
 		if !ok {
 			return fmt.Errorf("unknown --configs %q: use cpu or gpu, or give --config", o.set)
 		}
 		o.configs = set
+	}
+	for _, c := range o.configs { // every configuration is readable before any runs
+		if _, _, err := compareConfig(c, o.backend); err != nil {
+			return err
+		}
 	}
 	var err error
 	if o.python, err = comparePython(o.python); err != nil {
@@ -235,6 +264,33 @@ type compareMemory struct {
 	TotalBytes      int64  `json:"total_bytes"`
 }
 
+// compareConfig reads one configuration written with train's flags, with dropout 0 (random masks
+// cannot match) and backend as its backend unless it names one.
+func compareConfig(flagsText, backend string) (setup, train.Config, error) {
+	fail := func(err error) (setup, train.Config, error) {
+		return setup{}, train.Config{}, fmt.Errorf("--config %q: %w", flagsText, err)
+	}
+	s, err := parseSetup("compare --config", strings.Fields(flagsText))
+	if err != nil {
+		return fail(err)
+	}
+	if err := notApplicable(s.given(), "compare runs without dropout (random masks cannot match)", "dropout"); err != nil {
+		return fail(err)
+	}
+	if s.backend == "" {
+		s.backend = backend
+	}
+	config, err := s.config()
+	if err != nil {
+		return fail(err)
+	}
+	if config.LossScale != "none" && config.LossScale != "" {
+		return fail(fmt.Errorf("compare runs without loss scaling (the reference has none)"))
+	}
+	config.GPT.Dropout, config.Classifier.Dropout = 0, 0
+	return *s, config, nil
+}
+
 // compareOne runs one configuration on both sides; failures are recorded in the result.
 func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) *compareResult {
 	r := &compareResult{Flags: flagsText, Name: flagsText}
@@ -246,24 +302,10 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 		fmt.Fprintf(progress, "compare: %s: %v\n", r.Name, err)
 		return r
 	}
-	fs := flag.NewFlagSet("compare --config", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var s setup
-	s.register(fs, "gpt", "tiny")
-	if err := fs.Parse(strings.Fields(flagsText)); err != nil {
-		return fail(fmt.Errorf("--config %q: %w", flagsText, err))
-	}
-	if s.backend == "" {
-		s.backend = o.backend
-	}
-	config, err := s.config()
+	s, config, err := compareConfig(flagsText, o.backend)
 	if err != nil {
-		return fail(fmt.Errorf("--config %q: %w", flagsText, err))
+		return fail(err)
 	}
-	if config.LossScale != "none" && config.LossScale != "" {
-		return fail(fmt.Errorf("--config %q: compare runs without loss scaling (the reference has none)", flagsText))
-	}
-	config.GPT.Dropout, config.Classifier.Dropout = 0, 0
 	r.Name, r.Config = compareName(s, config), describe(config)
 	r.unit = "tokens"
 	if config.Model == "mlp" {

@@ -140,9 +140,10 @@ func TestCompareConfigErrors(t *testing.T) {
 			t.Errorf("compare %v = %v, want an error containing %q", tc.args, err, tc.want)
 		}
 	}
+	// A bad --config stops compare before any configuration runs, even one given before it.
 	var out bytes.Buffer
-	err := runCompare([]string{"--python", python, "--script", script, "--config", "--model gpt --preset huge"}, &out, &bytes.Buffer{})
-	if err == nil || !strings.Contains(out.String(), `unknown GPT preset "huge"`) {
+	err := runCompare([]string{"--python", python, "--script", script, "--config", "--model mlp", "--config", "--model gpt --preset huge"}, &out, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), `unknown GPT preset "huge"`) || out.Len() > 0 {
 		t.Errorf("a bad --config: %v\n%s", err, out.String())
 	}
 }

@@ -43,7 +43,7 @@ type envReport struct {
 func runEnv(args []string, w io.Writer) error {
 	fs := newFlagSet("env", "[--json]")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	r := envReport{GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,

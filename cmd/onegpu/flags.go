@@ -140,13 +140,13 @@ func runFlagsShow(args []string, w io.Writer) error {
 		"one line of explanation each, after checking them against the build. Presets:\n"+flags.PresetUsage())
 	buildName := fs.String("build", "", fmt.Sprintf(buildUsage, buildNames()))
 	var presets presetFlags
-	fs.Var(&presets, "preset", "add a preset's flags (repeatable); see the list above")
+	fs.Var(&presets, "preset", "add a preset's flags (repeatable); see the list above (default: none)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
+		if fs.NArg() > 0 {
+			return fmt.Errorf("unexpected argument %q: to check an XLA_FLAGS string, run onegpu flags check %q", fs.Arg(0), strings.Join(fs.Args(), " "))
+		}
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: to check an XLA_FLAGS string, run onegpu flags check %q", fs.Arg(0), strings.Join(fs.Args(), " "))
 	}
 	b, why, err := chooseBuild(*buildName)
 	if err != nil {
@@ -192,7 +192,7 @@ func runFlagsCheck(args []string, w io.Writer) error {
 	buildName := fs.String("build", "", fmt.Sprintf(buildUsage, buildNames()))
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	ours, text := splitCheckArgs(args)
-	if err := fs.Parse(ours); err != nil {
+	if err := parseArgs(fs, ours); err != nil {
 		return err
 	}
 	b, why, err := chooseBuild(*buildName)

@@ -95,5 +95,11 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 		fmt.Fprintf(fs.Output(), "Usage: onegpu %s %s\n\nFlags:\n", name, synopsis)
 		fs.PrintDefaults()
 	}
+	if newFlagSetHook != nil {
+		newFlagSetHook(fs)
+	}
 	return fs
 }
+
+// newFlagSetHook, when set (by tests), sees every flag set newFlagSet makes.
+var newFlagSetHook func(*flag.FlagSet)

@@ -38,13 +38,19 @@ func runMemory(args []string, w io.Writer) error {
 	o.setup.register(fs, "mlp", "tutorial")
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
-	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder")
-	fs.BoolVar(&o.residualDetail, "residuals", false, "list every value the backward pass keeps from each block (default: one line per block)")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder (default: none)")
+	fs.BoolVar(&o.residualDetail, "residuals", false, "gpt only: list every value the backward pass keeps from each block (default: one line per block)")
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (flags go before them; see onegpu memory -h)", fs.Args())
+	set := given(fs)
+	if o.model == "mlp" {
+		if err := notApplicable(set, "the MLP has no blocks whose residuals to list; use --model gpt", "residuals"); err != nil {
+			return err
+		}
+	}
+	if err := notApplicable(set, "memory builds the step without running it: no learning rate or seed changes what it allocates", "lr", "seed"); err != nil {
+		return err
 	}
 	report, err := analyzeMemory(o)
 	if err != nil {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -34,13 +36,21 @@ func runPlan(args []string, w io.Writer) error {
 	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tutorial")
-	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB")
+	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB; above 8 EiB reads as 8 EiB, where everything fits")
 	tflopsF32 := fs.Float64("tflops-f32", 27.8, "assumed float32 throughput in TFLOP/s (default: an RTX A5000, the tutorial's 24 GB GPU)")
 	tflopsBF16 := fs.Float64("tflops-bf16", 111, "assumed bfloat16 tensor-core throughput in TFLOP/s")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
+	set := given(fs)
+	if err := notApplicable(set, "the plan tries every compute precision, remat choice and micro-batch count itself", "policy", "remat", "microbatches"); err != nil {
+		return err
+	}
+	if err := notApplicable(set, "the plan estimates memory and time; it trains nothing", "lr", "seed"); err != nil {
+		return err
+	}
+	_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
 	budget, err := parseBytes(*budgetText)
 	if err != nil {
 		return fmt.Errorf("--budget: %w", err)
@@ -194,8 +204,14 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(text, 64)
-	if err != nil || v <= 0 {
-		return 0, fmt.Errorf("%q is not a size: write e.g. 24GiB, 80GB or 512MiB", s)
+	if errors.Is(err, strconv.ErrRange) && v > 0 { // past float64: still a size, and larger than any
+		return math.MaxInt64, nil
 	}
-	return int64(v * factor), nil
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q is not a size: write a positive finite number and a unit, e.g. 24GiB, 80GB or 512MiB", s)
+	}
+	if bytes := v * factor; bytes < math.MaxInt64 { // float64(MaxInt64) rounds up to 2^63
+		return max(int64(bytes), 1), nil
+	}
+	return math.MaxInt64, nil
 }

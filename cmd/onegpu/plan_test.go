@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -48,9 +49,40 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", text, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "lots", "-1GiB", "GiB"} {
+	for _, bad := range []string{"", "lots", "-1GiB", "GiB", "0", "InfGiB", "NaNGiB", "-Inf", "nan"} {
 		if _, err := parseBytes(bad); err == nil || !strings.Contains(err.Error(), "24GiB") {
 			t.Errorf("parseBytes(%q): error %v, want one showing the accepted form", bad, err)
+		}
+	}
+}
+
+// TestPlanHugeBudget: a budget past int64 (9999999999TiB is 1.1e25 bytes, 1e30 more) does not
+// wrap to a negative number: it reads as the largest, and every configuration fits.
+func TestPlanHugeBudget(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	for _, budget := range []string{"9999999999TiB", "1e30", "1e400GiB"} {
+		if got, err := parseBytes(budget); err != nil || got != math.MaxInt64 {
+			t.Errorf("parseBytes(%q) = %d, %v; want the largest int64", budget, got, err)
+		}
+	}
+	var out bytes.Buffer // --batch 1: one micro-batch count, so 10 configurations to build
+	if err := runPlan([]string{"--preset", "tiny", "--batch", "1", "--budget", "1e30", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		BudgetBytes int64 `json:"budget_bytes"`
+		Rows        []planRow
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.BudgetBytes != math.MaxInt64 || len(r.Rows) != 10 {
+		t.Errorf("budget %d bytes, %d rows; want the largest int64 and 10 rows", r.BudgetBytes, len(r.Rows))
+	}
+	for _, row := range r.Rows {
+		if !row.Fits {
+			t.Errorf("%s does not fit a budget of 1e30 bytes", row.variant)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -16,35 +17,73 @@ import (
 )
 
 // setup holds the flags that choose a model, the techniques applied to it and the backend; the
-// train, memory, bench and plan commands share them. Empty values mean the model's default, which
-// follows the tutorial: for the GPT bfloat16 compute, remat of MLP and attention and the preset's
-// micro-batches; for the MLP float32 and one micro-batch.
+// train, memory, bench and plan commands share them. A flag left out gives the model's default,
+// which follows the tutorial: for the GPT bfloat16 compute, remat of MLP and attention and the
+// preset's micro-batches; for the MLP float32 and one micro-batch. A flag given is always
+// checked: 0 micro-batches is an error, not the default.
 type setup struct {
 	model, preset, policy, remat, rematPolicy, lossScale, backend string
 	batch, microBatches                                           int
-	learningRate                                                  float64
+	learningRate, dropout                                         float64
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
+	fs                                                            *flag.FlagSet
 }
 
 func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
+	s.fs = fs
 	fs.StringVar(&s.model, "model", defaultModel, "model: gpt (the tutorial's transformer) or mlp (the tutorial's classifier)")
-	fs.StringVar(&s.preset, "preset", defaultPreset, "GPT size: "+fmt.Sprint(models.PresetNames()))
+	fs.StringVar(&s.preset, "preset", defaultPreset, "GPT size (gpt only): "+fmt.Sprint(models.PresetNames()))
 	fs.StringVar(&s.policy, "policy", "", `precision policy, jmp's grammar: "params=float32,compute=bfloat16,output=float32", "bf16", ... (default: bf16 compute for gpt, float32 for mlp)`)
 	fs.StringVar(&s.remat, "remat", "", "blocks to rematerialize: none, mlp, attn, mlp,attn or block (default: mlp,attn for gpt)")
-	fs.StringVar(&s.rematPolicy, "remat-policy", "", "what rematerialized blocks save: nothing_saveable (default), dots_saveable, dots_with_no_batch_dims_saveable, save_only_these_names:a,b ...")
-	fs.IntVar(&s.batch, "batch", 0, "batch size (default: the preset's, 512 for mlp)")
-	fs.IntVar(&s.microBatches, "microbatches", 0, "micro-batches per batch, accumulated in one step (default: the preset's, 1 for mlp)")
+	fs.StringVar(&s.rematPolicy, "remat-policy", "", "what rematerialized blocks save (with --remat other than none): nothing_saveable (default), dots_saveable, dots_with_no_batch_dims_saveable, save_only_these_names:a,b ...")
+	fs.IntVar(&s.batch, "batch", 0, "batch size, at least 1 (default: the preset's, 512 for mlp)")
+	fs.IntVar(&s.microBatches, "microbatches", 0, "micro-batches per batch, accumulated in one step; at least 1 and dividing the batch (default: the preset's, 1 for mlp)")
+	fs.Float64Var(&s.dropout, "dropout", 0, "dropout rate while training, in [0, 1); 0 makes runs with different micro-batches comparable (default: the model's, 0.1 for the GPT presets and the MLP)")
 	fs.StringVar(&s.lossScale, "loss-scale", "none", "loss scaling: none, dynamic or static=N")
 	fs.Uint64Var(&s.seed, "seed", 42, "seed of the initial weights, dropout and data")
-	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the warm-up/exponential-decay schedule (default: the preset's; 1e-3 for mlp)")
+	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the warm-up/exponential-decay schedule, positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
-	fs.Var(&s.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend (repeatable; see onegpu flags -h)")
+	fs.Var(&s.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend only (repeatable; see onegpu flags -h) (default: none)")
 }
 
-// config turns the flags into a validated training config.
+// parseSetup reads a configuration written with the setup flags alone (train's defaults: the
+// tiny GPT), as `compare --config` takes them.
+func parseSetup(name string, args []string) (*setup, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	s := &setup{}
+	s.register(fs, "gpt", "tiny")
+	return s, parseArgs(fs, args)
+}
+
+// given returns the setup flags the command line set.
+func (s *setup) given() map[string]bool {
+	if s.fs == nil {
+		return map[string]bool{}
+	}
+	return given(s.fs)
+}
+
+// config turns the flags into a validated training config. A flag that was given is checked
+// even where its value is the one that means "default" when the flag is left out.
 func (s *setup) config() (train.Config, error) {
+	set := s.given()
 	c := train.Config{Model: s.model, LossScale: s.lossScale, Schedule: train.TutorialSchedule, Seed: s.seed}
+	for _, f := range []struct {
+		name       string
+		value, min int
+	}{{"batch", s.batch, 1}, {"microbatches", s.microBatches, 1}} {
+		if err := atLeast(set, f.name, f.value, f.min); err != nil {
+			return c, err
+		}
+	}
+	if set["lr"] && !(s.learningRate > 0) {
+		return c, fmt.Errorf("--lr %g: the peak learning rate must be positive", s.learningRate)
+	}
+	if set["dropout"] && !(s.dropout >= 0 && s.dropout < 1) {
+		return c, fmt.Errorf("--dropout %g: the dropout rate must be in [0, 1)", s.dropout)
+	}
 	policy, rematSpec := "float32", "none"
 	switch s.model {
 	case "gpt":
@@ -56,6 +95,9 @@ func (s *setup) config() (train.Config, error) {
 		c.Schedule.Peak = preset.LearningRate
 		policy, rematSpec = "params=float32,compute=bfloat16,output=float32", "mlp,attn"
 	case "mlp":
+		if err := notApplicable(set, "the GPT presets do not size the MLP (drop it, or use --model gpt)", "preset"); err != nil {
+			return c, err
+		}
 		c.Classifier, c.Batch, c.MicroBatches = models.TutorialClassifier, models.TutorialClassifier.Batch, 1
 		c.Schedule = train.Schedule{Init: 1e-3, Peak: 1e-3, WarmupSteps: 0, TransitionSteps: 1, DecayRate: 1} // Part 1.1: Adam at 1e-3
 	default:
@@ -77,24 +119,30 @@ func (s *setup) config() (train.Config, error) {
 	if s.model == "mlp" && !c.Remat.None() {
 		return c, fmt.Errorf("--remat %s: the MLP has no blocks to rematerialize; use --model gpt", rematSpec)
 	}
-	if s.rematPolicy != "" {
+	if set["remat-policy"] {
+		if c.Remat.None() {
+			return c, fmt.Errorf("--remat-policy %s does not apply: nothing is rematerialized (remat %s)", s.rematPolicy, rematSpec)
+		}
 		if c.RematPolicy, err = remat.ParsePolicy(s.rematPolicy); err != nil {
 			return c, fmt.Errorf("--remat-policy: %w", err)
 		}
 	}
-	if s.learningRate != 0 {
+	if set["lr"] {
 		c.Schedule.Peak = s.learningRate
 		if s.model == "mlp" {
 			c.Schedule.Init = s.learningRate
 		}
 	}
-	if s.batch != 0 {
+	if set["batch"] {
 		c.Batch = s.batch
 		c.GPT.Batch = s.batch
 	}
-	if s.microBatches != 0 {
+	if set["microbatches"] {
 		c.MicroBatches = s.microBatches
 		c.GPT.MicroBatch = s.microBatches
+	}
+	if set["dropout"] {
+		c.GPT.Dropout, c.Classifier.Dropout = s.dropout, s.dropout
 	}
 	return c, c.Validate()
 }
@@ -104,6 +152,10 @@ func (s *setup) newBackend() (backends.Backend, ograph.BackendSpec, error) {
 	spec, err := ograph.ResolveBackend(s.backend)
 	if err != nil {
 		return nil, spec, err
+	}
+	if len(s.xlaPresets) > 0 && spec.Kind != "xla" {
+		return nil, spec, fmt.Errorf("--xla-preset %s does not apply: the backend is %s (from %s), which has no XLA; "+
+			"use --backend xla:/abs/path/plugin.so, or drop it", s.xlaPresets.String(), spec, spec.Source)
 	}
 	b, err := ograph.NewBackendWithOptions(spec, ograph.XLAOptions{Presets: []flags.Preset(s.xlaPresets)})
 	return b, spec, err

@@ -22,15 +22,24 @@ func runTrain(args []string, w io.Writer) error {
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
 	dataName := fs.String("data", "text", "gpt data: text (byte-level Genesis and Exodus, shipped with onegpu) or synthetic (the tutorial's fixed random batch)")
-	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to")
-	logEvery := fs.Int("log-every", 0, "print a progress line every N steps (default: 20 lines per run)")
-	plotFile := fs.String("plot", "", "write the loss curve to this PNG file")
+	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to (default: no checkpoints)")
+	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
+	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
 	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines")
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if *steps < 1 {
 		return fmt.Errorf("--steps %d: train at least one step", *steps)
+	}
+	set := given(fs)
+	if err := atLeast(set, "log-every", *logEvery, 1); err != nil {
+		return err
+	}
+	if s.model == "mlp" {
+		if err := notApplicable(set, "the MLP trains on its classification batch; --data chooses the GPT's", "data"); err != nil {
+			return err
+		}
 	}
 	config, err := s.config()
 	if err != nil {
