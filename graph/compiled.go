@@ -1,13 +1,12 @@
 package graph
 
 import (
+	"errors"
 	"fmt"
-	"reflect"
-	"unsafe"
 
-	"github.com/gomlx/go-xla/pkg/pjrt"
-	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/onegpu/onegpu/internal/gomlxcompat"
 )
 
 // CompiledMemory is XLA's own account of a compiled program's device memory, as JAX's
@@ -35,40 +34,17 @@ func CompileProgram(p *Program) (CompiledMemory, error) {
 	return CompiledMemoryOf(p.Graph)
 }
 
-// CompiledMemoryOf returns XLA's memory statistics for an already compiled graph. GoMLX v0.26.0
-// keeps the PJRT executable behind unexported fields (graph.Graph.executable ->
-// xla.Executable.exec); they are read by reflection, and a changed layout is an error.
+// CompiledMemoryOf returns XLA's memory statistics for an already compiled graph (an error for a
+// graph another backend compiled). GoMLX v0.26.0 keeps the PJRT executable in unexported fields:
+// internal/gomlxcompat reads it.
 func CompiledMemoryOf(g *graph.Graph) (CompiledMemory, error) {
-	executable, err := unexportedField(reflect.ValueOf(g).Elem(), "executable")
+	s, err := gomlxcompat.CompiledMemory(g)
+	if errors.Is(err, gomlxcompat.ErrNotXLA) {
+		return CompiledMemory{}, fmt.Errorf("%w: compiled memory statistics need XLA", err)
+	}
 	if err != nil {
 		return CompiledMemory{}, err
 	}
-	if executable.IsNil() {
-		return CompiledMemory{}, fmt.Errorf("graph %q is not compiled", g.Name())
-	}
-	xe, ok := executable.Interface().(*xla.Executable)
-	if !ok {
-		return CompiledMemory{}, fmt.Errorf("graph %q was compiled by %T, not by the XLA backend: compiled memory statistics need XLA",
-			g.Name(), executable.Interface())
-	}
-	loaded, err := unexportedField(reflect.ValueOf(xe).Elem(), "exec")
-	if err != nil {
-		return CompiledMemory{}, err
-	}
-	le, ok := loaded.Interface().(*pjrt.LoadedExecutable)
-	if !ok || le == nil {
-		return CompiledMemory{}, fmt.Errorf("graph %q: the XLA executable holds %s, not a *pjrt.LoadedExecutable", g.Name(), loaded.Type())
-	}
-	s := le.OnDeviceMemoryUsageStats
 	return CompiledMemory{ArgumentBytes: s.Inputs, OutputBytes: s.Outputs, AliasBytes: s.Aliases,
 		TemporaryBytes: s.Temporary, CodeBytes: s.GeneratedCode}, nil
-}
-
-// unexportedField returns a readable copy of the unexported field name of the struct value v.
-func unexportedField(v reflect.Value, name string) (reflect.Value, error) {
-	f := v.FieldByName(name)
-	if !f.IsValid() {
-		return reflect.Value{}, fmt.Errorf("%s has no field %q (GoMLX version changed?)", v.Type(), name)
-	}
-	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
 }

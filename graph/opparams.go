@@ -2,37 +2,20 @@ package graph
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/onegpu/onegpu/internal/gomlxcompat"
 )
 
 // GoMLX v0.26.0 keeps an op's static parameters (DotGeneral's axes, Slice's bounds, BroadcastInDim's
 // axes) in unexported structs and exposes them only through Node.String(). Reading them with
-// reflection is exact and does not depend on a print format; every reader below checks what it
+// reflection (internal/gomlxcompat) is exact and does not depend on a print format; every reader below checks what it
 // read against the node's shapes, and callers fall back to GoMLX's own rule when a read fails.
 
-// intSliceParam reads the []int field named field of node's inputs struct.
-func intSliceParam(node *graph.Node, field string) ([]int, error) {
-	v := reflect.ValueOf(node).Elem().FieldByName("inputs")
-	if !v.IsValid() || v.IsNil() {
-		return nil, fmt.Errorf("node %s: no inputs struct to read %q from", node.Type(), field)
-	}
-	v = v.Elem() // interface -> *nodeInputsXxx
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return nil, fmt.Errorf("node %s: inputs is %s, not a pointer to a struct", node.Type(), v.Kind())
-	}
-	f := v.Elem().FieldByName(field)
-	if !f.IsValid() || f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Int {
-		return nil, fmt.Errorf("node %s has no []int field %q (GoMLX version changed?)", node.Type(), field)
-	}
-	out := make([]int, f.Len())
-	for i := range out {
-		out[i] = int(f.Index(i).Int())
-	}
-	return out, nil
-}
+// intSliceParam reads the []int field named field of node's parameters (see gomlxcompat.IntSliceParam).
+var intSliceParam = gomlxcompat.IntSliceParam
 
 // dotGeneralAxes are the contracting and batch axes of a DotGeneral node.
 type dotGeneralAxes struct {

@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/internal/gomlxcompat"
 )
 
 // Program is a built graph described the way it will execute: what it returns, which parameter
@@ -26,6 +28,9 @@ type Program struct {
 	Trainable, State map[graph.NodeId]bool
 	// NewParams marks outputs that are the updated values of trainable variables.
 	NewParams map[graph.NodeId]bool
+	// Aliases pair each donated parameter with the output holding its new value, declared to XLA
+	// as input/output aliases (see AliasUpdatedState).
+	Aliases []gomlxcompat.Alias
 }
 
 // NewProgram describes a graph built without a context: outputs as given, no donation, every
@@ -36,8 +41,8 @@ func NewProgram(g *graph.Graph, outputs ...*graph.Node) *Program {
 }
 
 // ContextProgram builds fn the way GoMLX's context.Exec runs it — fn's outputs followed by the new
-// values of the variables fn changed, whose buffers are donated — on data inputs of the given
-// shapes, and describes it for Analyze. fn's first output is taken as the loss when it is a scalar.
+// values of the variables fn changed, whose buffers are donated and, on XLA, aliased to those
+// outputs — on data inputs of the given shapes, and describes it for Analyze. fn's first output is taken as the loss when it is a scalar.
 //
 // Nothing is executed: variables need only their shapes. A panic while building (a shape error, an
 // unsupported dtype) is returned as an error.
@@ -72,10 +77,14 @@ func ContextProgram(backend backends.Backend, ctx *context.Context, name string,
 				value := v.ValueGraph(g)
 				p.Outputs = append(p.Outputs, value)
 				p.Donated[param.Id()] = true
+				p.Aliases = append(p.Aliases, gomlxcompat.Alias{Parameter: param.GetParameterHandle(), Output: len(p.Outputs) - 1})
 				if v.Trainable {
 					p.NewParams[value.Id()] = true
 				}
 			}
+		}
+		if err := gomlxcompat.AliasOutputs(g, p.Aliases); err != nil {
+			panic(err)
 		}
 	})
 	if err != nil {

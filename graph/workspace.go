@@ -5,14 +5,17 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	"github.com/onegpu/onegpu/internal/gomlxcompat"
 )
 
 // The embedded backend's matmul (simplego v0.26.0, dotgeneral*.go) allocates scratch buffers that
 // live only while the op runs. They are a large part of a small model's peak, so Analyze adds them
-// at the op that needs them. The constants mirror simplego's.
-const (
-	matmulBlockDim       = 32                                   // DotGeneralTargetBlockLog2Dim = 5 for float32/float64/bfloat16
-	matmulLargeThreshold = 16 * matmulBlockDim * matmulBlockDim // lhs free size × rhs free size above which blocking is used
+// at the op that needs them. The sizes are simplego's (internal/gomlxcompat checks them): 32 for
+// float32, float64 and bfloat16.
+var (
+	matmulBlockDim       = gomlxcompat.MatmulBlockDim(dtypes.Float32)
+	matmulLargeThreshold = gomlxcompat.MatmulLargeFactor * matmulBlockDim * matmulBlockDim // lhs free size × rhs free size above which blocking is used
 )
 
 // matmulScratchBytes returns the bytes of scratch space the embedded backend allocates while

@@ -54,7 +54,7 @@ func (t *Trainer) Initialize() error {
 // compilation. The account is nil on a backend that is not XLA (the embedded one compiles nothing).
 func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.CompiledMemory, error) {
 	if t.exec == nil {
-		exec, err := context.NewExec(t.Backend, t.Ctx, t.StepFn())
+		exec, err := context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.StepFn()))
 		if err != nil {
 			return StepMetrics{}, nil, err
 		}

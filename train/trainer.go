@@ -190,7 +190,7 @@ type StepMetrics struct {
 // The first call builds and compiles the step's graph and initializes the variables.
 func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 	if t.exec == nil {
-		exec, err := context.NewExec(t.Backend, t.Ctx, t.StepFn())
+		exec, err := context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.StepFn()))
 		if err != nil {
 			return StepMetrics{}, err
 		}
