@@ -52,7 +52,7 @@ func BenchmarkMicroBatches(b *testing.B) {
 				inputs[i], args[i] = t.Shape(), t
 			}
 			for _, k := range ks {
-				step, err := accum.TrainStep(optimizers.Adam().Done(), k, model.lossFn)
+				step, err := adamStep(optimizers.Adam().Done(), k, model.lossFn)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,7 +8,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
@@ -73,43 +72,4 @@ func ExampleCheckSplit() {
 	// Output:
 	// 4 <nil>
 	// 3 a batch of 512 examples does not split into 3 micro-batches: use a divisor of 512 (nearest: 2 or 4) or change the batch size
-}
-
-// MultiSteps applies Adam once every 3 calls: the global step advances once per window.
-func ExampleNewMultiSteps() {
-	backend, err := ograph.NewBackend("go")
-	if err != nil {
-		panic(err)
-	}
-	opt, err := accum.NewMultiSteps(optimizers.Adam().Done(), 3)
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.New()
-	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, x *graph.Node) *graph.Node {
-		w := ctx.VariableWithValue("w", float32(1)).ValueGraph(x.Graph())
-		loss := graph.ReduceAllMean(graph.Square(graph.Sub(graph.Mul(x, w), x)))
-		opt.UpdateGraph(ctx, x.Graph(), loss)
-		return loss
-	})
-	if err != nil {
-		panic(err)
-	}
-	for call := 1; call <= 6; call++ {
-		if _, err := exec.Exec([]float32{1, 2, 3}); err != nil {
-			panic(err)
-		}
-		stats, err := opt.Stats(ctx)
-		if err != nil {
-			panic(err)
-		}
-		fmt.Printf("call %d: micro-step %d, global step %d\n", call, stats.MicroStep, optimizers.GetGlobalStep(ctx))
-	}
-	// Output:
-	// call 1: micro-step 1, global step 0
-	// call 2: micro-step 2, global step 0
-	// call 3: micro-step 0, global step 1
-	// call 4: micro-step 1, global step 1
-	// call 5: micro-step 2, global step 1
-	// call 6: micro-step 0, global step 2
 }

@@ -1,6 +1,7 @@
 package accum_test
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	gomlxtrain "github.com/gomlx/gomlx/pkg/ml/train"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/internal/backendtest"
@@ -142,3 +145,17 @@ func maskWithUnequalCounts(batch int) []float32 {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// adamStep is a train step that applies the batch's gradients over k micro-batches with opt (which
+// must apply gradients, as GoMLX's Adam does); it returns the loss and the metrics.
+func adamStep(opt optimizers.Interface, k int, lossFn accum.LossFn) (accum.StepFn, error) {
+	withGrads, ok := opt.(gomlxtrain.OptimizeWithGradients)
+	if !ok {
+		return nil, fmt.Errorf("optimizer %T cannot apply gradients", opt)
+	}
+	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+		r := accum.Gradients(ctx, k, inputs, lossFn)
+		withGrads.UpdateGraphWithGradients(ctx, r.Gradients, r.Loss.DType())
+		return r.Outputs()
+	}, nil
+}

@@ -66,7 +66,7 @@ func deepBatchTensors(seed uint64) []*tensors.Tensor {
 
 // deepStep is an Adam train step of the deep MLP with k micro-batches.
 func deepStep(t testing.TB, k int) accum.StepFn {
-	step, err := accum.TrainStep(optimizers.Adam().Done(), k, deepMLPLoss)
+	step, err := adamStep(optimizers.Adam().Done(), k, deepMLPLoss)
 	if err != nil {
 		t.Fatal(err)
 	}

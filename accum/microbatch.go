@@ -25,9 +25,6 @@ type Result struct {
 	Gradients []*graph.Node
 	// Variables are the trainable variables Gradients are for.
 	Variables []*context.Variable
-
-	// scale is the loss scale the gradients are multiplied by, nil for none.
-	scale LossScale
 }
 
 // Outputs returns Loss followed by Metrics: what a train step returns.
@@ -48,25 +45,30 @@ func (r *Result) Outputs() []*graph.Node {
 // compute dtype. With microBatches = 1 the graph is that of a plain step.
 //
 // Apply the gradients with an optimizer's UpdateGraphWithGradients (GoMLX's Adam, SGD, RMSProp),
-// or use TrainStep. It panics, like GoMLX graph builders, when the inputs do not split (see
+// or let optim.Chain.Step (onegpu's optim package, with its MicroBatches link) call Gradients and
+// apply them through a chain. It panics, like GoMLX graph builders, when the inputs do not split (see
 // CheckSplit, which reports the same as an error), when lossFn returns something other than numeric
 // scalar Means, or when it uses different trainable variables for different micro-batches.
 func Gradients(ctx *context.Context, microBatches int, inputs []*graph.Node, lossFn LossFn) *Result {
 	return accumulate(ctx, microBatches, inputs, lossFn, nil, "accum.Gradients")
 }
 
-// ScaledGradients is Gradients with loss scaling: each micro-batch's loss is multiplied by ls's
-// current scale before it is differentiated, so Result.Gradients are the gradients of the scaled
-// loss; Loss and Metrics are not scaled. Unscale, check and apply them once for the whole batch,
-// e.g. with mixed.Optimizer.ApplyScaledGradients (see ScaledTrainStep). ls is not adjusted here.
-func ScaledGradients(ctx *context.Context, microBatches int, inputs []*graph.Node, lossFn LossFn, ls LossScale) *Result {
+// ScaleFn multiplies a loss by a loss scale before it is differentiated: the Scale method of a
+// mixed.LossScale is one.
+type ScaleFn = func(ctx *context.Context, loss *graph.Node) *graph.Node
+
+// ScaledGradients is Gradients with loss scaling: each micro-batch's loss is multiplied by ls
+// before it is differentiated, so Result.Gradients are the gradients of the scaled loss; Loss and
+// Metrics are not scaled. Unscale, check and apply them once for the whole batch: optim.Chain.Step
+// does, with its LossScale link.
+func ScaledGradients(ctx *context.Context, microBatches int, inputs []*graph.Node, lossFn LossFn, ls ScaleFn) *Result {
 	if ls == nil {
 		panicf("accum.ScaledGradients: the loss scale is nil; use Gradients for unscaled gradients")
 	}
 	return accumulate(ctx, microBatches, inputs, lossFn, ls, "accum.ScaledGradients")
 }
 
-func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn, ls LossScale, caller string) *Result {
+func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn, ls ScaleFn, caller string) *Result {
 	if len(inputs) == 0 {
 		panicf("%s: no inputs", caller)
 	}
@@ -83,7 +85,7 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 	// the scaling is exact and keeps gradient magnitudes near those of a per-example mean.
 	norm := math.Ldexp(1, -int(math.Floor(math.Log2(float64(inputShapes[0].Dim(0)/k)))))
 
-	r := &Result{scale: ls}
+	r := &Result{}
 	var (
 		lossSum, lossCount       *graph.Node
 		metricSums, metricCounts []*graph.Node
@@ -104,7 +106,7 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 			panicf("%s: the loss sum must be floating point to be differentiated, got %s", caller, loss.Sum.DType())
 		}
 		if i == 0 {
-			r.Variables = trainableInUse(ctx, g)
+			r.Variables = TrainableVariables(ctx, g)
 			if len(r.Variables) == 0 {
 				panicf("%s: the loss uses no trainable variables: there is nothing to differentiate", caller)
 			}
@@ -115,7 +117,7 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 
 		target := graph.MulScalar(widen(loss.Sum), norm)
 		if ls != nil {
-			target = ls.Scale(c, target)
+			target = ls(c, target)
 		}
 		values := make([]*graph.Node, len(r.Variables))
 		for j, v := range r.Variables {
@@ -136,7 +138,7 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 			after = serializeAfter(sums)
 		}
 	}
-	if used := trainableInUse(ctx, g); len(used) != len(r.Variables) {
+	if used := TrainableVariables(ctx, g); len(used) != len(r.Variables) {
 		panicf("%s: the loss function used %d trainable variables for micro-batch 0 but %d in all: "+
 			"every micro-batch must use the same variables", caller, len(r.Variables), len(used))
 	}
@@ -154,9 +156,9 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 	return r
 }
 
-// trainableInUse lists the trainable variables g uses, in context order: the order of
+// TrainableVariables lists the trainable variables g uses, in context order: the order of
 // context.BuildTrainableVariablesGradientsGraph and of optimizers' UpdateGraphWithGradients.
-func trainableInUse(ctx *context.Context, g *graph.Graph) []*context.Variable {
+func TrainableVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 	var vars []*context.Variable
 	for v := range ctx.IterVariables() {
 		if v.Trainable && v.InUseByGraph(g) {

@@ -183,7 +183,7 @@ func TestTrainStepAdam(t *testing.T) {
 	params := map[int]map[string][]float64{}
 	for _, k := range []int{1, 4} {
 		ctx := context.New()
-		step, err := accum.TrainStep(optimizers.Adam().LearningRate(1e-2).Done(), k, mlpMeanLoss)
+		step, err := adamStep(optimizers.Adam().LearningRate(1e-2).Done(), k, mlpMeanLoss)
 		if err != nil {
 			t.Fatal(err)
 		}

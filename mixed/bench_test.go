@@ -56,7 +56,7 @@ var benchVariants = []mlpVariant{
 // mlpTrainStep is the tutorial MLP's train step under policy, as a ContextProgram/NewExec function.
 func mlpTrainStep(model func(*context.Context, mixed.Policy, *graph.Node, *graph.Node) *graph.Node,
 	policy mixed.Policy) func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-	opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+	opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		loss := model(ctx, policy, in[0], in[1])
 		opt.UpdateGraph(ctx, loss.Graph(), loss)

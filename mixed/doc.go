@@ -17,16 +17,13 @@
 //	y := graph.Dot(policy.CastToCompute(x), policy.CastToCompute(w)) // bfloat16
 //	loss := mixed.SoftmaxCrossEntropyMean(logits, labels, mask, policy.Output)
 //
-// Training wraps any GoMLX optimizer that can apply gradients (Adam, SGD, RMSProp) with a loss
-// scale; the wrapper is itself an optimizers.Interface:
+// A loss scale takes part in a gradient chain (onegpu's optim package), which scales the loss,
+// unscales the gradients in float32, checks them and skips a non-finite step atomically:
 //
-//	opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
-//	opt.UpdateGraph(ctx, g, loss) // scale, differentiate, unscale in float32, check, apply or skip
+//	chain, err := optim.NewChain(optim.LossScale(mixed.NewDynamicLossScale()), optim.Apply(optimizers.Adam().Done()))
+//	chain.UpdateGraph(ctx, g, loss) // or chain.StepFn(lossFn) with micro-batches
 //
-// On a step whose gradients are not all finite, nothing the optimizer touches changes (parameters,
-// moments, global step, learning-rate schedule), the dynamic scale is lowered, and the skip is
-// counted (Optimizer.Metrics: "loss_scale", "skipped_steps"). The loss scale's state lives in
-// context variables, so checkpoints carry it.
+// The loss scale's state lives in context variables, so checkpoints carry it.
 //
 // The islands that would otherwise keep float32 copies of activations for the backward pass
 // (Softmax, LogSoftmax, LogSumExp, the cross-entropies, Normalize) have closed-form gradients

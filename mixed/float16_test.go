@@ -34,7 +34,7 @@ func TestFloat16OnEmbeddedBackend(t *testing.T) {
 		ctx.In(scope).VariableWithValue(name, value)
 	}
 	before := snapshot(t, ctx)
-	opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+	opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 	exec, err := context.NewExec(embedded(), ctx, func(ctx *context.Context, x, labels *graph.Node) *graph.Node {
 		loss := mlpLoss(ctx, policy, x, labels)
 		opt.UpdateGraph(ctx, x.Graph(), loss)
@@ -74,7 +74,7 @@ func TestFloat16OnXLA(t *testing.T) {
 		t.Fatalf("Validate on %s: %v", backend.Name(), err)
 	}
 	ctx := context.New()
-	opt := mixed.WithLossScale(optimizers.Adam().LearningRate(3e-3).Done(), mixed.NewDynamicLossScale())
+	opt := withLossScale(optimizers.Adam().LearningRate(3e-3).Done(), mixed.NewDynamicLossScale())
 	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, x, labels *graph.Node) *graph.Node {
 		loss := mlpLoss(ctx, policy, x, labels)
 		opt.UpdateGraph(ctx, x.Graph(), loss)

@@ -11,8 +11,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
@@ -100,4 +103,14 @@ func scalarOf(t testing.TB, ctx *context.Context, scope, name string) float64 {
 		t.Fatalf("no variable %s/%s", scope, name)
 	}
 	return flatFloat64(v.MustValue())[0]
+}
+
+// withLossScale is the chain LossScale(ls) -> Apply(opt): opt with loss scaling and an atomic skip
+// of non-finite steps.
+func withLossScale(opt optimizers.Interface, ls mixed.LossScale) *optim.Chain {
+	chain, err := optim.NewChain(optim.LossScale(ls), optim.Apply(opt))
+	if err != nil {
+		panic(err)
+	}
+	return chain
 }

@@ -21,7 +21,7 @@ import (
 //
 // Scale and Unscale read the current scale, so call them before Adjust in a graph. The methods
 // build graph nodes and panic on misuse. NoOpLossScale, StaticLossScale and DynamicLossScale
-// implement it; WithLossScale wraps an optimizer around one.
+// implement it; optim.LossScale chains one with an optimizer.
 type LossScale interface {
 	// Scale returns loss times the current scale, in float32 (float64 for a float64 loss).
 	Scale(ctx *context.Context, loss *graph.Node) *graph.Node
@@ -85,7 +85,7 @@ func unscaleGrads(grads []*graph.Node, scale *graph.Node) []*graph.Node {
 }
 
 // NoOpLossScale does not scale: Scale and Unscale only convert to float32, and the scale is 1.
-// With WithLossScale it still skips non-finite steps (like optax.apply_if_finite).
+// In optim.LossScale it still skips non-finite steps (like optax.apply_if_finite).
 type NoOpLossScale struct{}
 
 // Scale returns the loss in float32.

@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
 )
 
 func TestAllFinite(t *testing.T) {
@@ -88,7 +89,7 @@ func TestStaticAndNoOpScales(t *testing.T) {
 // tinyStep is a train step of a 3-weight model with float32 parameters and bfloat16 compute:
 // loss = factor · Σ w·x. Feeding ±Inf or NaN in x makes the gradients non-finite. It returns the
 // metrics loss_scale and skipped_steps.
-func tinyStep(opt *mixed.Optimizer) func(ctx *context.Context, x, factor *graph.Node) []*graph.Node {
+func tinyStep(opt *optim.Chain) func(ctx *context.Context, x, factor *graph.Node) []*graph.Node {
 	policy := mixed.Policy{Param: f32, Compute: bf16, Output: f32}
 	return func(ctx *context.Context, x, factor *graph.Node) []*graph.Node {
 		g := x.Graph()
@@ -96,8 +97,8 @@ func tinyStep(opt *mixed.Optimizer) func(ctx *context.Context, x, factor *graph.
 		y := graph.Mul(policy.CastToCompute(w), policy.CastToCompute(x))
 		loss := graph.Mul(mixed.Sum(y, policy.Output), factor)
 		opt.UpdateGraph(ctx, g, loss)
-		m := opt.Metrics(ctx, g)
-		return []*graph.Node{m[mixed.MetricLossScale], m[mixed.MetricSkippedSteps]}
+		m := opt.LossScaleMetrics(ctx, g)
+		return []*graph.Node{m[optim.MetricLossScale], m[optim.MetricSkippedSteps]}
 	}
 }
 
@@ -160,7 +161,7 @@ func TestDynamicLossScaleTransitions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.New()
 			ctx.In("tiny").VariableWithValue("w", []float32{0.5, -1, 2}) // so that step 0 has a "before"
-			opt := mixed.WithLossScale(optimizers.StochasticGradientDescent().WithDecay(false).Done(), tc.ls)
+			opt := withLossScale(optimizers.StochasticGradientDescent().WithDecay(false).Done(), tc.ls)
 			exec, err := context.NewExec(embedded(), ctx, tinyStep(opt))
 			if err != nil {
 				t.Fatal(err)
@@ -179,7 +180,7 @@ func TestDynamicLossScaleTransitions(t *testing.T) {
 				scale := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.LossScaleVariable)
 				fin := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.FiniteStepsVariable)
 				non := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.NonFiniteStepsVariable)
-				skip := scalarOf(t, ctx, mixed.DefaultOptimizerScope, mixed.SkippedStepsVariable)
+				skip := scalarOf(t, ctx, optim.DefaultScope, optim.SkippedStepsVariable)
 				if scale != tc.scales[i] || fin != float64(tc.finite[i]) || skip != float64(skipped) ||
 					(tc.nonFinite != nil && non != float64(tc.nonFinite[i])) {
 					t.Errorf("step %d (%s): scale %g finite_steps %g nonfinite_steps %g skipped %g; "+
@@ -212,8 +213,8 @@ func kindName(kind int) string { return []string{"finite", "+Inf", "NaN"}[kind] 
 // with a fresh optimizer continues exactly like an uninterrupted run: all variables bit-equal.
 func TestDynamicLossScaleResume(t *testing.T) {
 	steps := []int{F, N, F, F, F, I, F, F, F}
-	newOpt := func() *mixed.Optimizer {
-		return mixed.WithLossScale(optimizers.Adam().LearningRate(0.01).Done(),
+	newOpt := func() *optim.Chain {
+		return withLossScale(optimizers.Adam().LearningRate(0.01).Done(),
 			mixed.NewDynamicLossScale().Initial(8).Period(2).Hysteresis(1))
 	}
 	train := func(ctx *context.Context, kinds []int) {
@@ -286,7 +287,7 @@ func TestDynamicLossScaleResume(t *testing.T) {
 	if s := scalarOf(t, resumed, mixed.DefaultLossScaleScope, mixed.LossScaleVariable); s != 8 {
 		t.Errorf("final loss scale %g, want 8", s)
 	}
-	if s := scalarOf(t, resumed, mixed.DefaultOptimizerScope, mixed.SkippedStepsVariable); s != 2 {
+	if s := scalarOf(t, resumed, optim.DefaultScope, optim.SkippedStepsVariable); s != 2 {
 		t.Errorf("skipped steps %g, want 2", s)
 	}
 }

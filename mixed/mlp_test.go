@@ -52,7 +52,7 @@ var mlpModels = []struct {
 func trainMLP(t *testing.T, model func(*context.Context, mixed.Policy, *graph.Node, *graph.Node) *graph.Node,
 	policy mixed.Policy, steps int) (initial, final float64) {
 	ctx := context.New()
-	opt := mixed.WithLossScale(optimizers.Adam().LearningRate(3e-3).Done(), mixed.NewDynamicLossScale())
+	opt := withLossScale(optimizers.Adam().LearningRate(3e-3).Done(), mixed.NewDynamicLossScale())
 	step, err := context.NewExec(embedded(), ctx, func(ctx *context.Context, x, labels *graph.Node) *graph.Node {
 		loss := model(ctx, policy, x, labels)
 		opt.UpdateGraph(ctx, x.Graph(), loss)
@@ -144,7 +144,7 @@ func TestAuditMixedMLPTrainStep(t *testing.T) {
 				logp := tutorialmlp.LogProbs(p, x, bf16, bf16)
 				loss = graph.ConvertDType(tutorialmlp.Loss(graph.ConvertDType(logp, bf16), labels), f32)
 			}
-			opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+			opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 			opt.UpdateGraph(ctx, g, loss)
 			outputs := []*graph.Node{loss}
 			for v := range ctx.IterVariables() {
@@ -191,7 +191,7 @@ func TestIslandsHalveActivations(t *testing.T) {
 			shapes.Make(policy.Compute, tutorialmlp.Batch, tutorialmlp.Inputs),
 			shapes.Make(labelsDType, tutorialmlp.Batch),
 		}
-		opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+		opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 		p, err := ograph.ContextProgram(embedded(), context.New(), "islands_mlp", inputs,
 			func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 				loss := islandsMLPLoss(ctx, policy, in[0], in[1])

@@ -14,6 +14,7 @@ import (
 
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
 )
 
 // halvingSchedule is a learning-rate schedule in the style of GoMLX's cosineschedule (which runs
@@ -36,9 +37,9 @@ func mlpStep(policy mixed.Policy, opt optimizers.Interface, manual bool) func(ct
 		logp := tutorialmlp.LogProbs(p, policy.CastToCompute(x), policy.Compute, policy.Compute)
 		loss := graph.Mul(tutorialmlp.Loss(policy.CastToOutput(logp), labels), factor)
 		if manual {
-			o := opt.(*mixed.Optimizer)
-			grads := ctx.BuildTrainableVariablesGradientsGraph(o.LossScale().Scale(ctx, loss))
-			o.ApplyScaledGradients(ctx, g, grads, loss.DType())
+			o := opt.(*optim.Chain)
+			grads := ctx.BuildTrainableVariablesGradientsGraph(o.ScaleLoss(ctx, loss))
+			o.ApplyGradients(ctx, g, grads, nil, loss.DType())
 		} else {
 			opt.UpdateGraph(ctx, g, loss)
 		}
@@ -51,7 +52,7 @@ var lossScaleState = map[string]bool{
 	mixed.DefaultLossScaleScope + "/" + mixed.LossScaleVariable:      true,
 	mixed.DefaultLossScaleScope + "/" + mixed.FiniteStepsVariable:    true,
 	mixed.DefaultLossScaleScope + "/" + mixed.NonFiniteStepsVariable: true,
-	mixed.DefaultOptimizerScope + "/" + mixed.SkippedStepsVariable:   true,
+	optim.DefaultScope + "/" + optim.SkippedStepsVariable:            true,
 }
 
 // TestAtomicSkip injects +Inf and NaN into the gradients of the tutorial MLP (float32 parameters,
@@ -83,11 +84,11 @@ func TestAtomicSkip(t *testing.T) {
 			for _, manual := range []bool{false, true} {
 				name := backend.Name() + "/" + tc.name + "/UpdateGraph"
 				if manual {
-					name = backend.Name() + "/" + tc.name + "/ApplyScaledGradients"
+					name = backend.Name() + "/" + tc.name + "/ApplyGradients"
 				}
 				t.Run(name, func(t *testing.T) {
 					ctx := context.New()
-					opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+					opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 					exec, err := context.NewExec(backend, ctx, mlpStep(policy, opt, manual))
 					if err != nil {
 						t.Fatal(err)
@@ -130,7 +131,7 @@ func TestAtomicSkip(t *testing.T) {
 						}
 					}
 					scale := scalarOf(t, ctx, mixed.DefaultLossScaleScope, mixed.LossScaleVariable)
-					skipped := scalarOf(t, ctx, mixed.DefaultOptimizerScope, mixed.SkippedStepsVariable)
+					skipped := scalarOf(t, ctx, optim.DefaultScope, optim.SkippedStepsVariable)
 					if scale != 1<<14 || skipped != 1 {
 						t.Errorf("after the skipped step: loss scale %g (want 16384), skipped_steps %g (want 1)", scale, skipped)
 					}
@@ -166,13 +167,13 @@ func TestWithLossScaleNeedsGradientsOptimizer(t *testing.T) {
 			t.Errorf("WithLossScale(optimizer without UpdateGraphWithGradients): panic %v", r)
 		}
 	}()
-	mixed.WithLossScale(notWithGradients{}, nil)
+	withLossScale(notWithGradients{}, nil)
 }
 
 // TestOptimizerClear: Clear removes Adam's variables, the loss scale's state and the skip counter.
 func TestOptimizerClear(t *testing.T) {
 	ctx := context.New()
-	opt := mixed.WithLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
+	opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
 	exec, err := context.NewExec(embedded(), ctx, tinyStep(opt))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -128,24 +129,34 @@ func (t *Trainer) InputShapes() []shapes.Shape {
 // graph.ContextProgram to analyze the step without running it.
 func (t *Trainer) StepFn() accum.StepFn {
 	c := t.Config
-	adam := optimizers.Adam().Betas(0.9, 0.999).Epsilon(1e-8).LearningRate(c.Schedule.Peak).Done()
-	scale, _ := ParseLossScale(c.LossScale)
+	chain, err := t.Chain()
+	if err != nil {
+		panic(err) // New validated the config
+	}
 	lossFn := t.lossFn()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		g := inputs[0].Graph()
 		ctx.SetTraining(g, true)
 		c.Schedule.Apply(ctx, g)
-		var r *accum.Result
-		if scale != nil {
-			opt := mixed.WithLossScale(adam, scale)
-			r = accum.ScaledGradients(ctx, c.MicroBatches, inputs, lossFn, scale)
-			opt.ApplyScaledGradients(ctx, g, r.Gradients, r.Loss.DType())
-		} else {
-			r = accum.Gradients(ctx, c.MicroBatches, inputs, lossFn)
-			adam.(accum.GradientsOptimizer).UpdateGraphWithGradients(ctx, r.Gradients, r.Loss.DType())
-		}
+		r := chain.Step(ctx, inputs, lossFn)
 		return append(r.Outputs(), r.Count)
 	}
+}
+
+// Chain returns the step's gradient chain: MicroBatches, then LossScale when the config has one,
+// then Adam.
+func (t *Trainer) Chain() (*optim.Chain, error) {
+	c := t.Config
+	adam := optimizers.Adam().Betas(0.9, 0.999).Epsilon(1e-8).LearningRate(c.Schedule.Peak).Done()
+	links := []optim.Transform{optim.MicroBatches(c.MicroBatches)}
+	scale, err := ParseLossScale(c.LossScale)
+	if err != nil {
+		return nil, err
+	}
+	if scale != nil {
+		links = append(links, optim.LossScale(scale))
+	}
+	return optim.NewChain(append(links, optim.Apply(adam))...)
 }
 
 // lossFn returns the model's loss and accuracy on a micro-batch, as sums and counts.
