@@ -7,6 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -45,13 +46,14 @@ type Classifier struct {
 
 // LogProbs maps x [batch, Inputs] to float32 log-probabilities [batch, Classes] (the policy's
 // output dtype when that is wider). Variables are created in ctx as Flax names them
-// ("Dense_0", "LayerNorm_0", "Dense_1").
+// ("Dense_0", "LayerNorm_0", "Dense_1"); m.Policy is set on ctx's scope for the layers.
 func (m Classifier) LogProbs(ctx *context.Context, x *graph.Node) *graph.Node {
 	p := m.Policy
-	h := Dense(ctx.In("Dense_0"), p, x, m.Config.Hidden)
-	h = SiLU(LayerNorm(ctx.In("LayerNorm_0"), p, h))
-	h = Dropout(ctx, h, m.Config.Dropout)
-	logits := Dense(ctx.In("Dense_1"), p, h, m.Config.Classes)
+	mixed.SetPolicy(ctx, p) // the layers read it from ctx's scope
+	h := layers.Dense(ctx.In("Dense_0"), x, m.Config.Hidden)
+	h = layers.SiLU(layers.LayerNorm(ctx.In("LayerNorm_0"), h))
+	h = layers.Dropout(ctx, h, m.Config.Dropout)
+	logits := layers.Dense(ctx.In("Dense_1"), h, m.Config.Classes)
 	out := p.Output
 	if out != dtypes.Float64 {
 		out = dtypes.Float32

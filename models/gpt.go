@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -37,6 +38,7 @@ func NewGPT(config GPTConfig, policy mixed.Policy) (GPT, error) {
 }
 
 // Logits maps tokens [batch, length] (integers, length <= SeqLen) to logits [batch, length, Vocab].
+// It sets m.Policy on ctx's scope (mixed.SetPolicy) for its layers.
 // Variables are created in ctx under the names the tutorial's Flax model gives them ("embed",
 // "pos_emb", "block_0/mlp/input_layer/kernel", "block_0/attn/qkv/kernel", "post_norm",
 // "output_layer", ...).
@@ -50,7 +52,8 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 		panic(fmt.Sprintf("models.GPT: sequences of %d tokens exceed the %d learned positions (GPTConfig.SeqLen)", length, c.SeqLen))
 	}
 	g := tokens.Graph()
-	x := Embed(ctx.In("embed"), p, tokens, c.Vocab, c.Hidden)
+	mixed.SetPolicy(ctx, p) // the layers read it from ctx's scope
+	x := layers.Embed(ctx.In("embed"), tokens, c.Vocab, c.Hidden)
 	positions := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 0.02)).
 		VariableWithShape("pos_emb", shapes.Make(p.Param, c.SeqLen, c.Hidden)).ValueGraph(g)
 	positions = graph.SliceAxis(p.CastToCompute(positions), 0, graph.AxisRange(0, length))
@@ -58,23 +61,23 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	for layer := range c.Layers {
 		x = m.block(ctx.In(fmt.Sprintf("block_%d", layer)), x)
 	}
-	x = LayerNorm(ctx.In("post_norm"), p, x)
-	return note(ctx, "logits", p.CastToOutput(Dense(ctx.In("output_layer"), p, x, c.Vocab)))
+	x = layers.LayerNorm(ctx.In("post_norm"), x)
+	return layers.Note(ctx, "logits", p.CastToOutput(layers.Dense(ctx.In("output_layer"), x, c.Vocab)))
 }
 
 // block is one transformer block as the tutorial writes it: x + MLP(x), then x + Attention(x),
 // each branch rematerialized as m.Remat says (the residual additions stay outside).
 func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 	mlp := func(ctx *context.Context, x *graph.Node) *graph.Node {
-		h := LayerNorm(ctx.In("pre_norm"), m.Policy, x)
-		h = GELU(Dense(ctx.In("input_layer"), m.Policy, h, m.Config.MLPFactor*m.Config.Hidden))
-		h = Dense(ctx.In("output_layer"), m.Policy, h, m.Config.Hidden)
-		return note(ctx, "MLP branch", Dropout(ctx, h, m.Config.Dropout))
+		h := layers.LayerNorm(ctx.In("pre_norm"), x)
+		h = layers.GELU(layers.Dense(ctx.In("input_layer"), h, m.Config.MLPFactor*m.Config.Hidden))
+		h = layers.Dense(ctx.In("output_layer"), h, m.Config.Hidden)
+		return layers.Note(ctx, "MLP branch", layers.Dropout(ctx, h, m.Config.Dropout))
 	}
 	attn := func(ctx *context.Context, x *graph.Node) *graph.Node {
-		h := LayerNorm(ctx.In("pre_norm"), m.Policy, x)
-		h = CausalSelfAttention(ctx, m.Policy, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType())
-		return note(ctx, "attention branch", Dropout(ctx, h, m.Config.Dropout))
+		h := layers.LayerNorm(ctx.In("pre_norm"), x)
+		h = layers.CausalSelfAttention(ctx, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType())
+		return layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))
 	}
 	whole := func(ctx *context.Context, x *graph.Node) *graph.Node {
 		x = graph.Add(x, m.checkpoint(m.Remat.MLP, ctx.In("mlp"), mlp, x))

@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
@@ -18,7 +19,7 @@ import (
 // embedded is the embedded backend in sequential mode, shared by the tests.
 var embedded = backendtest.Embedded
 
-func gptSummary(t *testing.T, config models.GPTConfig, policy string) *models.Summary {
+func gptSummary(t *testing.T, config models.GPTConfig, policy string) *layers.Summary {
 	t.Helper()
 	p, err := mixed.ParsePolicy(policy)
 	if err != nil {
@@ -28,7 +29,7 @@ func gptSummary(t *testing.T, config models.GPTConfig, policy string) *models.Su
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := models.Summarize(embedded(), func(ctx *context.Context, g *graph.Graph) {
+	s, err := layers.Summarize(embedded(), func(ctx *context.Context, g *graph.Graph) {
 		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package models
+package layers
 
 import (
 	"fmt"
@@ -21,13 +21,14 @@ import (
 // cast to softmaxDType before the scores are computed, the mask and softmax run in it, and the
 // weights are cast back to the compute dtype for the weighted sum of values. float32 keeps the
 // softmax stable under bfloat16 compute.
-func CausalSelfAttention(ctx *context.Context, p mixed.Policy, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType) *graph.Node {
+func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType) *graph.Node {
+	p := mixed.PolicyOf(ctx)
 	if x.Rank() != 3 {
-		panic(fmt.Sprintf("models.CausalSelfAttention: x must be [batch, sequence, width], got %s", x.Shape()))
+		panic(fmt.Sprintf("layers.CausalSelfAttention: x must be [batch, sequence, width], got %s", x.Shape()))
 	}
 	g := x.Graph()
 	width, seq := x.Shape().Dim(-1), x.Shape().Dim(1)
-	qkv := DenseGeneral(ctx.In("qkv"), p, x, 1, heads, 3*headDim) // [b, t, h, 3d]
+	qkv := DenseGeneral(ctx.In("qkv"), x, 1, heads, 3*headDim) // [b, t, h, 3d]
 	q := graph.SliceAxis(qkv, -1, graph.AxisRange(0, headDim))
 	k := graph.SliceAxis(qkv, -1, graph.AxisRange(headDim, 2*headDim))
 	v := graph.SliceAxis(qkv, -1, graph.AxisRange(2*headDim, 3*headDim))
@@ -39,9 +40,9 @@ func CausalSelfAttention(ctx *context.Context, p mixed.Policy, x *graph.Node, he
 	lowest := graph.Scalar(g, softmaxDType, lowestFinite(softmaxDType))
 	scores = graph.Where(graph.BroadcastPrefix(causal, scores.Shape().Dim(0), heads), scores, lowest)
 	weights := p.CastToCompute(graph.Softmax(scores, -1))
-	note(ctx, "attention weights", weights)
+	Note(ctx, "attention weights", weights)
 	values := remat.NameBatchedDot(graph.Einsum("bhqk,bkhd->bqhd", weights, v), "attn_values") // [b, q, h, d]
-	return DenseGeneral(ctx.In("output_layer"), p, values, 2, width)
+	return DenseGeneral(ctx.In("output_layer"), values, 2, width)
 }
 
 // lowestFinite is the most negative finite value of a float dtype: the masked scores' value, as

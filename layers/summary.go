@@ -1,4 +1,4 @@
-package models
+package layers
 
 import (
 	"fmt"
@@ -37,10 +37,12 @@ type ParamInfo struct {
 	Size  int64  `json:"size"`
 }
 
-const summaryKey = "onegpu.models.summary"
+const summaryKey = "onegpu.layers.summary"
 
-// note records a layer's output in the summary being built for out's graph, if any.
-func note(ctx *context.Context, layer string, out *graph.Node) *graph.Node {
+// Note records out as the output of a layer named layer (Dense, LayerNorm, ...) at ctx's scope in
+// the summary Summarize is building for out's graph, if any, and returns out. A model's own layers
+// call it to appear in the summary.
+func Note(ctx *context.Context, layer string, out *graph.Node) *graph.Node {
 	if s, ok := ctx.GetGraphParam(out.Graph(), summaryKey); ok {
 		s := s.(*Summary)
 		s.Rows = append(s.Rows, SummaryRow{Path: ctx.Scope(), Layer: layer, Output: out.Shape().String()})

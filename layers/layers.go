@@ -1,4 +1,4 @@
-package models
+package layers
 
 import (
 	"fmt"
@@ -15,24 +15,26 @@ import (
 )
 
 // The layers below follow Flax's defaults (the tutorial's framework): kernels are LeCun-normal
-// (std 1/sqrt(fan-in)), biases zero, LayerNorm ε = 1e-6. Parameters are created in the policy's
-// param dtype and cast to its compute dtype where used, so their gradients come back in the param
-// dtype. Parameter names follow Flax's, which makes weights exchangeable with the JAX reference.
+// (std 1/sqrt(fan-in)), biases zero, LayerNorm ε = 1e-6. Parameters are created in the param dtype
+// of the policy set on ctx's scope (mixed.SetPolicy; float32 by default) and cast to its compute
+// dtype where used, so their gradients come back in the param dtype. Parameter names follow
+// Flax's, which makes weights exchangeable with the JAX reference.
 
 const layerNormEpsilon = 1e-6
 
 // Dense is a fully connected layer over x's last axis: x·kernel + bias, with kernel
 // [in, features] and bias [features] in scope ctx. The product runs in the policy's compute dtype
 // and is tagged as a matmul for remat policies.
-func Dense(ctx *context.Context, p mixed.Policy, x *graph.Node, features int) *graph.Node {
-	return DenseGeneral(ctx, p, x, 1, features)
+func Dense(ctx *context.Context, x *graph.Node, features int) *graph.Node {
+	return DenseGeneral(ctx, x, 1, features)
 }
 
 // DenseGeneral contracts the last inAxes axes of x with a kernel [those dims..., features...]
 // and adds a bias [features...]: Flax's DenseGeneral with axis = the last inAxes axes.
-func DenseGeneral(ctx *context.Context, p mixed.Policy, x *graph.Node, inAxes int, features ...int) *graph.Node {
+func DenseGeneral(ctx *context.Context, x *graph.Node, inAxes int, features ...int) *graph.Node {
+	p := mixed.PolicyOf(ctx)
 	if inAxes < 1 || inAxes > x.Rank() {
-		panic(fmt.Sprintf("models.DenseGeneral: cannot contract the last %d axes of %s", inAxes, x.Shape()))
+		panic(fmt.Sprintf("layers.DenseGeneral: cannot contract the last %d axes of %s", inAxes, x.Shape()))
 	}
 	g := x.Graph()
 	inDims := x.Shape().Dimensions[x.Rank()-inAxes:]
@@ -51,29 +53,31 @@ func DenseGeneral(ctx *context.Context, p mixed.Policy, x *graph.Node, inAxes in
 	}
 	y := graph.DotGeneral(p.CastToCompute(x), contract, nil, p.CastToCompute(kernel), kernelAxes, nil)
 	y = remat.NameDot(y, "")
-	return note(ctx, "Dense", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
+	return Note(ctx, "Dense", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
 }
 
 // LayerNorm normalizes x over its last axis with statistics in float32, then applies a gain
 // ("scale", ones) and an offset ("bias", zeros) in the compute dtype.
-func LayerNorm(ctx *context.Context, p mixed.Policy, x *graph.Node) *graph.Node {
+func LayerNorm(ctx *context.Context, x *graph.Node) *graph.Node {
+	p := mixed.PolicyOf(ctx)
 	g := x.Graph()
 	width := x.Shape().Dim(-1)
 	scale := ctx.WithInitializer(initializers.One).VariableWithShape("scale", shapes.Make(p.Param, width)).ValueGraph(g)
 	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, width)).ValueGraph(g)
 	y := mixed.Normalize(p.CastToCompute(x), layerNormEpsilon, -1)
 	y = graph.Mul(y, expandLeft(p.CastToCompute(scale), y.Rank()))
-	return note(ctx, "LayerNorm", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
+	return Note(ctx, "LayerNorm", graph.Add(y, expandLeft(p.CastToCompute(bias), y.Rank())))
 }
 
 // Embed looks up integer tokens in a table [vocab, features] ("embedding", normal with std
 // 1/sqrt(features)) and returns the rows in the compute dtype. The lookup runs in the param dtype
 // so that the table's gradient is accumulated there.
-func Embed(ctx *context.Context, p mixed.Policy, tokens *graph.Node, vocab, features int) *graph.Node {
+func Embed(ctx *context.Context, tokens *graph.Node, vocab, features int) *graph.Node {
+	p := mixed.PolicyOf(ctx)
 	g := tokens.Graph()
 	table := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(features)))).
 		VariableWithShape("embedding", shapes.Make(p.Param, vocab, features)).ValueGraph(g)
-	return note(ctx, "Embed", p.CastToCompute(graph.Gather(table, graph.InsertAxes(tokens, -1))))
+	return Note(ctx, "Embed", p.CastToCompute(graph.Gather(table, graph.InsertAxes(tokens, -1))))
 }
 
 // Dropout zeroes each value of x with probability rate while training (ctx.IsTraining) and
@@ -84,7 +88,7 @@ func Dropout(ctx *context.Context, x *graph.Node, rate float64) *graph.Node {
 		return x
 	}
 	if rate >= 1 {
-		panic(fmt.Sprintf("models.Dropout: rate %g must be below 1", rate))
+		panic(fmt.Sprintf("layers.Dropout: rate %g must be below 1", rate))
 	}
 	keep := graph.GreaterOrEqual(ctx.RandomUniform(x.Graph(), shapes.Make(dtypes.Float32, x.Shape().Dimensions...)),
 		graph.Scalar(x.Graph(), dtypes.Float32, rate))
