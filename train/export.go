@@ -11,7 +11,6 @@ import (
 	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
-	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/x448/float16"
@@ -53,31 +52,11 @@ func (t *Trainer) Initialize() error {
 // step (see graph.CompiledMemoryOf): that of the executable that runs, not of a second
 // compilation. The account is nil on a backend that is not XLA (the embedded one compiles nothing).
 func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.CompiledMemory, error) {
-	if t.exec == nil {
-		exec, err := context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.StepFn()))
-		if err != nil {
-			return StepMetrics{}, nil, err
-		}
-		t.exec = exec
-	}
-	args := make([]any, len(batch))
-	for i, b := range batch {
-		args[i] = b
-	}
-	var (
-		outs []*tensors.Tensor
-		g    *graph.Graph
-	)
-	err := ograph.CatchPanic(func() {
-		var err error
-		if outs, g, err = t.exec.ExecWithGraph(args...); err != nil {
-			panic(err)
-		}
-	})
+	outs, g, err := t.run(batch)
 	if err != nil {
-		return StepMetrics{}, nil, fmt.Errorf("train step %d: %w", t.GlobalStep()+1, err)
+		return StepMetrics{}, nil, err
 	}
-	m := StepMetrics{Step: t.GlobalStep(), Loss: scalar(outs[0]), Accuracy: scalar(outs[1]), Count: scalar(outs[2])}
+	m := t.metricsOf(outs)
 	if _, isXLA := t.Backend.(*xla.Backend); !isXLA {
 		return m, nil, nil
 	}
@@ -169,12 +148,22 @@ func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
 		return nil, fmt.Errorf("export: %d steps: export at least one", steps)
 	}
 	c := t.Config
+	softmax := dtypes.Float32
+	switch m := t.Model.(type) {
+	case GPT:
+		if m.SoftmaxDType != dtypes.InvalidDType {
+			softmax = m.SoftmaxDType
+		}
+	case Classifier:
+	default:
+		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp, not the model %T", t.Model)
+	}
 	ref := &Reference{Model: c.Model, Batch: c.Batch, MicroBatches: c.MicroBatches,
 		Policy:       map[string]string{"params": dtypeName(c.Policy.Param), "compute": dtypeName(c.Policy.Compute), "output": dtypeName(c.Policy.Output)},
-		SoftmaxDType: dtypeName(t.gpt().SoftmaxDType), Remat: rematList(c), RematPolicy: c.RematPolicy.String(),
+		SoftmaxDType: dtypeName(softmax), Remat: rematList(c), RematPolicy: c.RematPolicy.String(),
 		LossScale: c.LossScale, Schedule: ReferenceSchedule{Init: c.Schedule.Init, Peak: c.Schedule.Peak,
 			WarmupSteps: c.Schedule.WarmupSteps, TransitionSteps: c.Schedule.TransitionSteps, DecayRate: c.Schedule.DecayRate},
-		Adam:  map[string]float64{"b1": adamBeta1, "b2": adamBeta2, "eps": adamEpsilon},
+		Adam:  map[string]float64{"b1": AdamBeta1, "b2": AdamBeta2, "eps": AdamEpsilon},
 		Steps: steps, Seed: c.Seed, Inputs: "inputs.npy", Labels: "labels.npy", Data: data.Describe(), Params: []ReferenceParam{}}
 	if ref.LossScale == "" {
 		ref.LossScale = "none"
@@ -243,13 +232,6 @@ func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
 	}
 	return ref, os.WriteFile(filepath.Join(dir, "config.json"), append(blob, '\n'), 0o644)
 }
-
-// The Adam hyperparameters of StepFn, as optax.adam names them.
-const (
-	adamBeta1   = 0.9
-	adamBeta2   = 0.999
-	adamEpsilon = 1e-8
-)
 
 // flaxPath turns a variable's context scope and name into the path Flax gives the parameter:
 // scope "/block_0/mlp/input_layer" and name "kernel" are "block_0/mlp/input_layer/kernel".

@@ -107,7 +107,14 @@ func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Du
 	if first {
 		rate = fmt.Sprintf("first step %.1fs (builds and compiles the step)", elapsed.Seconds())
 	}
-	fmt.Fprintf(w, "%s step %4d/%d  loss %.4f  accuracy %.3f  %s\n", bar, m.Step, total, m.Loss, m.Accuracy, rate)
+	metrics := ""
+	for _, name := range t.Model.MetricNames() {
+		metrics += fmt.Sprintf("  %s %.3f", name, m.Metrics[name])
+	}
+	if m.Skipped {
+		metrics += "  skipped (non-finite gradients)"
+	}
+	fmt.Fprintf(w, "%s step %4d/%d  loss %.4f%s  %s\n", bar, m.Step, total, m.Loss, metrics, rate)
 }
 
 // WriteSummary writes a final table of the run.
@@ -119,7 +126,9 @@ func (h *History) WriteSummary(w io.Writer, model string) {
 	first, last := h.Steps[0], h.Steps[len(h.Steps)-1]
 	fmt.Fprintf(w, "\n%-22s %s\n", "steps", fmt.Sprintf("%d to %d", first.Step, last.Step))
 	fmt.Fprintf(w, "%-22s %.4f -> %.4f\n", "loss", first.Loss, last.Loss)
-	fmt.Fprintf(w, "%-22s %.3f -> %.3f\n", "accuracy", first.Accuracy, last.Accuracy)
+	for name, v := range first.Metrics {
+		fmt.Fprintf(w, "%-22s %.3f -> %.3f\n", name, v, last.Metrics[name])
+	}
 	fmt.Fprintf(w, "%-22s %.1f s\n", "first step", h.CompileSeconds)
 	if h.StepSeconds > 0 {
 		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, countUnit(h.TokensPerSecond, model))
@@ -127,9 +136,9 @@ func (h *History) WriteSummary(w io.Writer, model string) {
 }
 
 func countUnit(perSecond float64, model string) string {
-	unit := "tokens"
-	if model == "mlp" {
-		unit = "examples"
+	unit := "examples"
+	if model == "gpt" {
+		unit = "tokens"
 	}
 	switch {
 	case perSecond >= 1e6:

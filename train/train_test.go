@@ -3,6 +3,7 @@ package train_test
 import (
 	"math"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestResumeIsExact(t *testing.T) {
 		t.Fatalf("the resumed run did %d steps, want 6", len(resumed))
 	}
 	for i := range straight {
-		if straight[i] != resumed[i] {
+		if !reflect.DeepEqual(straight[i], resumed[i]) {
 			t.Errorf("step %d: uninterrupted %+v, resumed %+v", i+1, straight[i], resumed[i])
 		}
 	}
