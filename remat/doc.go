@@ -30,6 +30,13 @@
 //
 // # What the backward pass keeps
 //
+// A model that leaves the choice of what to rematerialize to the run marks its blocks with Block
+// (by kind, e.g. "block"); SetBlocks on a context scope, or train.Config.RematBlocks, selects the
+// kinds that are checkpointed:
+//
+//	remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "block")
+//	x = graph.Add(x, remat.Block(ctx.In("block_0"), "block", branch, x)[0])
+//
 // Residuals reports, for each checkpointed block of a built program, the values the backward pass
 // reads from the forward pass (name, kind, op, shape, dtype, bytes), with totals per block, per
 // policy and outside the blocks. Spec and ParseSpec name what a transformer model checkpoints

@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -23,8 +24,8 @@ func init() {
 
 // benchRow is one configuration's results.
 type benchRow struct {
-	variant
-	estimate
+	plan.Variant
+	plan.Estimate
 	// MeasuredPeakBytes is the heap peak above the step's inputs on the embedded backend (the
 	// least of two measured steps); 0 when not measured.
 	MeasuredPeakBytes int64   `json:"measured_peak_bytes,omitempty"`
@@ -102,11 +103,11 @@ func runBench(args []string, w io.Writer) error {
 // benchGrid estimates, and unless estimateOnly runs, every variant of the tutorial's grid.
 func benchGrid(backend backends.Backend, spec ograph.BackendSpec, base train.Config, steps int, estimateOnly bool, progress io.Writer) ([]benchRow, error) {
 	var rows []benchRow
-	for _, v := range tutorialGrid() {
-		row := benchRow{variant: v}
-		config, err := v.apply(base)
+	for _, v := range plan.TutorialGrid() {
+		row := benchRow{Variant: v}
+		config, err := v.Apply(base)
 		if err == nil {
-			row.estimate, err = estimateStep(backend, config, spec.Kind == "xla")
+			row.Estimate, err = plan.EstimateStep(backend, config, spec.Kind == "xla")
 		}
 		if err == nil && !estimateOnly {
 			err = timeSteps(backend, spec, config, steps, &row)

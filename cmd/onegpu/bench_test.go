@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	ograph "github.com/onegpu/onegpu/graph"
+
+	"github.com/onegpu/onegpu/plan"
 )
 
 // TestBenchOrdering: the grid's estimates order as the tutorial found: float32 needs more memory
@@ -22,15 +24,15 @@ func TestBenchOrdering(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}
-	peak := map[variant]int64{}
-	act := map[variant]int64{}
+	peak := map[plan.Variant]int64{}
+	act := map[plan.Variant]int64{}
 	for _, row := range r.Rows {
 		if row.Error != "" {
-			t.Fatalf("%s: %s", row.variant, row.Error)
+			t.Fatalf("%s: %s", row.Variant, row.Error)
 		}
-		peak[row.variant], act[row.variant] = row.PeakBytes, row.ActivationBytes
+		peak[row.Variant], act[row.Variant] = row.PeakBytes, row.ActivationBytes
 	}
-	f32, bf16, bf16Remat := variant{"float32", "none", 1}, variant{"bfloat16", "none", 1}, variant{"bfloat16", "mlp,attn", 1}
+	f32, bf16, bf16Remat := plan.Variant{Compute: "float32", Remat: "none", MicroBatches: 1}, plan.Variant{Compute: "bfloat16", Remat: "none", MicroBatches: 1}, plan.Variant{Compute: "bfloat16", Remat: "mlp,attn", MicroBatches: 1}
 	if !(peak[f32] > peak[bf16] && peak[bf16] > peak[bf16Remat]) {
 		t.Errorf("peak memory f32 %d, bf16 %d, bf16+remat %d: want strictly decreasing", peak[f32], peak[bf16], peak[bf16Remat])
 	}

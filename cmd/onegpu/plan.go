@@ -6,11 +6,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/plan"
 )
 
 func init() {
@@ -21,24 +21,13 @@ func init() {
 	})
 }
 
-// planRow is one candidate configuration.
-type planRow struct {
-	variant
-	estimate
-	// Seconds is the step time estimated from FLOPs (recomputation included) at the assumed
-	// throughput of the compute dtype.
-	Seconds float64 `json:"estimated_step_seconds"`
-	Fits    bool    `json:"fits"`
-	Pareto  bool    `json:"pareto"`
-}
-
 func runPlan(args []string, w io.Writer) error {
 	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tutorial")
 	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB; above 8 EiB reads as 8 EiB, where everything fits")
-	tflopsF32 := fs.Float64("tflops-f32", 27.8, "assumed float32 throughput in TFLOP/s (default: an RTX A5000, the tutorial's 24 GB GPU)")
-	tflopsBF16 := fs.Float64("tflops-bf16", 111, "assumed bfloat16 tensor-core throughput in TFLOP/s")
+	tflopsF32 := fs.Float64("tflops-f32", plan.A5000.Float32, "assumed float32 throughput in TFLOP/s (default: an RTX A5000, the tutorial's 24 GB GPU)")
+	tflopsBF16 := fs.Float64("tflops-bf16", plan.A5000.BFloat16, "assumed bfloat16 tensor-core throughput in TFLOP/s")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
 	if err := parseArgs(fs, args); err != nil {
 		return err
@@ -58,58 +47,30 @@ func runPlan(args []string, w io.Writer) error {
 	if *tflopsF32 <= 0 || *tflopsBF16 <= 0 {
 		return fmt.Errorf("--tflops-f32 %g and --tflops-bf16 %g must be positive", *tflopsF32, *tflopsBF16)
 	}
-	if s.model != "gpt" {
-		return fmt.Errorf("--model %s: plan chooses remat over transformer blocks; plan the gpt", s.model)
-	}
 	base, err := s.config()
 	if err != nil {
 		return err
+	}
+	if base.Model != "gpt" {
+		return fmt.Errorf("--model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
 	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return err
 	}
 	defer backend.Finalize()
-	var rows []planRow
-	for _, v := range planGrid(base.Batch) {
-		config, err := v.apply(base)
-		if err != nil {
-			continue // a micro-batch count that does not divide the batch
-		}
-		e, err := estimateStep(backend, config, spec.Kind == "xla")
-		if err != nil {
-			return fmt.Errorf("%s: %w", v, err)
-		}
-		row := planRow{variant: v, estimate: e}
-		rate := *tflopsF32
-		if v.Compute == "bfloat16" {
-			rate = *tflopsBF16
-		}
-		row.Seconds = float64(e.FLOPs) / (rate * 1e12)
-		row.Fits = row.memory() <= budget
-		rows = append(rows, row)
+	rows, err := plan.Search(backend, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, spec.Kind == "xla")
+	if err != nil {
+		return err
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		if rows[i].Seconds != rows[j].Seconds {
-			return rows[i].Seconds < rows[j].Seconds
-		}
-		return rows[i].memory() < rows[j].memory()
-	})
-	markPareto(rows)
-	best := -1
-	for i, r := range rows {
-		if r.Fits {
-			best = i
-			break
-		}
-	}
+	best := plan.Fastest(rows)
 	if *asJSON {
 		out := struct {
-			Config      string    `json:"config"`
-			Backend     string    `json:"backend"`
-			BudgetBytes int64     `json:"budget_bytes"`
-			Best        *planRow  `json:"best"`
-			Rows        []planRow `json:"rows"`
+			Config      string           `json:"config"`
+			Backend     string           `json:"backend"`
+			BudgetBytes int64            `json:"budget_bytes"`
+			Best        *plan.Candidate  `json:"best"`
+			Rows        []plan.Candidate `json:"rows"`
 		}{Config: describe(base), Backend: spec.String(), BudgetBytes: budget, Rows: rows}
 		if best >= 0 {
 			out.Best = &rows[best]
@@ -121,17 +82,17 @@ func runPlan(args []string, w io.Writer) error {
 	if best >= 0 {
 		b := rows[best]
 		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n\n",
-			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.memory()), b.Seconds)
+			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.Memory()), b.Seconds)
 	} else {
 		smallest := rows[0]
 		for _, r := range rows {
-			if r.memory() < smallest.memory() {
+			if r.Memory() < smallest.Memory() {
 				smallest = r
 			}
 		}
 		fmt.Fprintf(w, "nothing fits: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
 			"use more micro-batches (--batch must stay divisible), a smaller --preset, or a larger device\n\n",
-			smallest.variant, ograph.FormatBytes(smallest.memory()), ograph.FormatBytes(smallest.memory()-budget))
+			smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
 	fmt.Fprintf(w, "  %-8s %-9s %3s %12s %10s %s\n", "compute", "remat", "k", "memory", "step", "fits")
@@ -141,18 +102,10 @@ func runPlan(args []string, w io.Writer) error {
 			if r.Fits {
 				fits = "yes"
 			}
-			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.memory()), r.Seconds, fits)
+			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.Memory()), r.Seconds, fits)
 		}
 	}
 	return nil
-}
-
-// memory is the row's memory figure: XLA's compiled total when available, else the estimate.
-func (r planRow) memory() int64 {
-	if r.XLA != nil {
-		return r.XLA.TotalBytes()
-	}
-	return r.PeakBytes
 }
 
 func memorySource(xla bool) string {
@@ -160,32 +113,6 @@ func memorySource(xla bool) string {
 		return "XLA's compiled statistics"
 	}
 	return "the sequential-execution estimate"
-}
-
-// planGrid is every precision, remat choice and micro-batch count (powers of two up to 16 that
-// divide the batch).
-func planGrid(batch int) []variant {
-	var grid []variant
-	for _, compute := range []string{"float32", "bfloat16"} {
-		for _, r := range []string{"none", "mlp", "attn", "mlp,attn", "block"} {
-			for k := 1; k <= 16 && k <= batch; k *= 2 {
-				if batch%k == 0 {
-					grid = append(grid, variant{compute, r, k})
-				}
-			}
-		}
-	}
-	return grid
-}
-
-// markPareto marks the rows (sorted by time) that no faster row beats in memory.
-func markPareto(rows []planRow) {
-	smallest := int64(-1)
-	for i := range rows {
-		if m := rows[i].memory(); smallest < 0 || m < smallest {
-			rows[i].Pareto, smallest = true, m
-		}
-	}
 }
 
 // parseBytes reads sizes like "24GiB", "80GB", "512MiB", "1.5TiB" or a plain number of bytes.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	ograph "github.com/onegpu/onegpu/graph"
+
+	"github.com/onegpu/onegpu/plan"
 )
 
 func TestPlan(t *testing.T) {
@@ -19,8 +21,8 @@ func TestPlan(t *testing.T) {
 	}
 	var r struct {
 		BudgetBytes int64 `json:"budget_bytes"`
-		Best        *planRow
-		Rows        []planRow
+		Best        *plan.Candidate
+		Rows        []plan.Candidate
 	}
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
@@ -30,7 +32,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, row := range r.Rows {
 		if row.Fits && row.Seconds < r.Best.Seconds {
-			t.Errorf("%s fits and is faster (%.4fs) than the chosen %s (%.4fs)", row.variant, row.Seconds, r.Best.variant, r.Best.Seconds)
+			t.Errorf("%s fits and is faster (%.4fs) than the chosen %s (%.4fs)", row.Variant, row.Seconds, r.Best.Variant, r.Best.Seconds)
 		}
 	}
 
@@ -72,7 +74,7 @@ func TestPlanHugeBudget(t *testing.T) {
 	}
 	var r struct {
 		BudgetBytes int64 `json:"budget_bytes"`
-		Rows        []planRow
+		Rows        []plan.Candidate
 	}
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestPlanHugeBudget(t *testing.T) {
 	}
 	for _, row := range r.Rows {
 		if !row.Fits {
-			t.Errorf("%s does not fit a budget of 1e30 bytes", row.variant)
+			t.Errorf("%s does not fit a budget of 1e30 bytes", row.Variant)
 		}
 	}
 }

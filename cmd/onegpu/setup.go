@@ -12,6 +12,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
@@ -69,7 +70,7 @@ func (s *setup) given() map[string]bool {
 // even where its value is the one that means "default" when the flag is left out.
 func (s *setup) config() (train.Config, error) {
 	set := s.given()
-	c := train.Config{Model: s.model, LossScale: s.lossScale, Schedule: train.TutorialSchedule, Seed: s.seed}
+	var c train.Config
 	for _, f := range []struct {
 		name       string
 		value, min int
@@ -84,32 +85,26 @@ func (s *setup) config() (train.Config, error) {
 	if set["dropout"] && !(s.dropout >= 0 && s.dropout < 1) {
 		return c, fmt.Errorf("--dropout %g: the dropout rate must be in [0, 1)", s.dropout)
 	}
-	policy, rematSpec := "float32", "none"
-	switch s.model {
-	case "gpt":
-		preset, err := models.Preset(s.preset)
-		if err != nil {
-			return c, err
-		}
-		c.GPT, c.Batch, c.MicroBatches = preset, preset.Batch, preset.MicroBatch
-		c.Schedule.Peak = preset.LearningRate
-		policy, rematSpec = "params=float32,compute=bfloat16,output=float32", "mlp,attn"
-	case "mlp":
+	if s.model == "mlp" {
 		if err := notApplicable(set, "the GPT presets do not size the MLP (drop it, or use --model gpt)", "preset"); err != nil {
 			return c, err
 		}
-		c.Classifier, c.Batch, c.MicroBatches = models.TutorialClassifier, models.TutorialClassifier.Batch, 1
-		c.Schedule = train.Schedule{Init: 1e-3, Peak: 1e-3, WarmupSteps: 0, TransitionSteps: 1, DecayRate: 1} // Part 1.1: Adam at 1e-3
-	default:
-		return c, fmt.Errorf("unknown --model %q: the models are gpt and mlp", s.model)
 	}
+	c, err := plan.Defaults(s.model, s.preset)
+	if err != nil {
+		if s.model != "gpt" && s.model != "mlp" {
+			return c, fmt.Errorf("unknown --model %q: the models are gpt and mlp", s.model)
+		}
+		return c, err
+	}
+	c.LossScale, c.Seed = s.lossScale, s.seed
+	policy, rematSpec := c.Policy.String(), c.Remat.String()
 	if s.policy != "" {
 		policy = s.policy
 	}
 	if s.remat != "" {
 		rematSpec = s.remat
 	}
-	var err error
 	if c.Policy, err = mixed.ParsePolicy(policy); err != nil {
 		return c, fmt.Errorf("--policy: %w", err)
 	}

@@ -1,0 +1,83 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomlx/gomlx/backends"
+
+	"github.com/onegpu/onegpu/train"
+)
+
+// Throughput is the assumed arithmetic rate of a device, in TFLOP/s, by compute dtype.
+type Throughput struct {
+	Float32, BFloat16 float64
+}
+
+// A5000 is an RTX A5000, the tutorial's 24 GB GPU: 27.8 TFLOP/s in float32, 111 in bfloat16 on
+// its tensor cores.
+var A5000 = Throughput{Float32: 27.8, BFloat16: 111}
+
+// Candidate is one configuration Search considered.
+type Candidate struct {
+	Variant
+	Estimate
+	// Seconds is the step time estimated from FLOPs (recomputation included) at the assumed
+	// throughput of the compute dtype.
+	Seconds float64 `json:"estimated_step_seconds"`
+	Fits    bool    `json:"fits"`
+	// Pareto marks a candidate no faster one beats in memory.
+	Pareto bool `json:"pareto"`
+}
+
+// Search estimates every variant of SearchGrid applied to base (a GPT config) on backend without
+// running anything (compile: also XLA's compiled memory), and returns them sorted by estimated
+// step time, then memory, with Fits (memory within budget bytes) and Pareto set. Variants whose
+// micro-batches do not divide the batch are left out.
+func Search(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, error) {
+	if base.Model != "gpt" {
+		return nil, fmt.Errorf("model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
+	}
+	if !(rate.Float32 > 0) || !(rate.BFloat16 > 0) {
+		return nil, fmt.Errorf("throughputs %g (float32) and %g (bfloat16) TFLOP/s must be positive", rate.Float32, rate.BFloat16)
+	}
+	var rows []Candidate
+	for _, v := range SearchGrid(base.Batch) {
+		config, err := v.Apply(base)
+		if err != nil {
+			continue // a micro-batch count that does not divide the batch
+		}
+		e, err := EstimateStep(backend, config, compile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v, err)
+		}
+		tflops := rate.Float32
+		if v.Compute == "bfloat16" {
+			tflops = rate.BFloat16
+		}
+		rows = append(rows, Candidate{Variant: v, Estimate: e, Seconds: float64(e.FLOPs) / (tflops * 1e12), Fits: e.Memory() <= budget})
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Seconds != rows[j].Seconds {
+			return rows[i].Seconds < rows[j].Seconds
+		}
+		return rows[i].Memory() < rows[j].Memory()
+	})
+	smallest := int64(-1)
+	for i := range rows { // sorted by time: on the front when no faster row is as small
+		if m := rows[i].Memory(); smallest < 0 || m < smallest {
+			rows[i].Pareto, smallest = true, m
+		}
+	}
+	return rows, nil
+}
+
+// Fastest returns the index of the first (fastest) candidate that fits, or -1.
+func Fastest(rows []Candidate) int {
+	for i, r := range rows {
+		if r.Fits {
+			return i
+		}
+	}
+	return -1
+}
