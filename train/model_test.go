@@ -1,6 +1,7 @@
 package train_test
 
 import (
+	"bytes"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -65,13 +66,14 @@ func ownConfig() train.Config {
 // checkpoint + 2 give identical results; Program builds its step for Analyze with the block
 // checkpointed once per micro-batch.
 func TestOwnModelResumes(t *testing.T) {
+	var progress bytes.Buffer
 	run := func(dir string, steps int) []train.StepMetrics {
 		tr, err := train.NewFor(embedded(), twoLayer{}, ownConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		h, err := tr.Run(sines{}, train.RunOptions{Steps: steps, CheckpointDir: dir})
+		h, err := tr.Run(sines{}, train.RunOptions{Steps: steps, CheckpointDir: dir, Progress: &progress})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +87,11 @@ func TestOwnModelResumes(t *testing.T) {
 	}
 	if _, ok := straight[0].Metrics["close"]; !ok || straight[3].Loss >= straight[0].Loss || straight[3].Count != 8 {
 		t.Errorf("steps %+v: want the metric \"close\", a falling loss and 8 examples counted", straight)
+	}
+
+	if out := progress.String(); !strings.Contains(out, "step    4/4  loss ") || !strings.Contains(out, "  close 0.") ||
+		!strings.Contains(out, "examples/s") || !strings.Contains(out, "resuming from step 2") {
+		t.Errorf("progress lines:\n%s", out)
 	}
 
 	tr, err := train.NewFor(embedded(), twoLayer{}, ownConfig())
