@@ -199,20 +199,24 @@ func reference(order string, xs, ys [][]float64) ([]float64, int) {
 		}
 	}
 	for call := range xs {
-		// d/dw mean_e (x_e·w - y_e)²
-		g := make([]float64, 3)
-		for e := range 4 {
-			r := -ys[call][e]
-			for j := range 3 {
-				r += xs[call][e*3+j] * w[j]
-			}
-			for j := range 3 {
-				g[j] += 2 * r * xs[call][e*3+j] / 4
-			}
-		}
-		at(0, g)
+		at(0, gradient(xs[call], ys[call], w))
 	}
 	return w, applied
+}
+
+// gradient is d/dw mean_e (x_e·w - y_e)² in float64, for a batch x [4, 3], y [4].
+func gradient(x, y, w []float64) []float64 {
+	g := make([]float64, 3)
+	for e := range 4 {
+		r := -y[e]
+		for j := range 3 {
+			r += x[e*3+j] * w[j]
+		}
+		for j := range 3 {
+			g[j] += 2 * r * x[e*3+j] / 4
+		}
+	}
+	return g
 }
 
 var squaredError = accum.MaskedLoss(func(ctx *context.Context, b []*graph.Node) (*graph.Node, *graph.Node) {
@@ -287,5 +291,56 @@ func TestBadLinks(t *testing.T) {
 	}
 	if _, err := optim.NewChain(); err == nil {
 		t.Error("NewChain(): no error for an empty chain")
+	}
+}
+
+// halve is a user's own link: it halves the gradients.
+type halve struct{}
+
+func (halve) Apply(u optim.Update, next func(optim.Update)) {
+	for i, g := range u.Gradients {
+		u.Gradients[i] = graph.MulScalar(g, 0.5)
+	}
+	next(u)
+}
+
+func (halve) String() string { return "halve" }
+
+// TestOwnTransform: a Transform of the user's own takes part in a chain like onegpu's links (here
+// after LossScale, whose skip also covers it), and must come before the optimizer.
+func TestOwnTransform(t *testing.T) {
+	if _, err := optim.NewChain(link('A'), halve{}); err == nil || !strings.Contains(err.Error(), "halve after Apply") {
+		t.Errorf("a link after the optimizer: %v", err)
+	}
+	chain, err := optim.NewChain(link('L'), halve{}, link('A'))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs, ys := batches(true)
+	plain, _ := reference("LA", xs, ys) // one step per finite call, at half the gradient = half the learning rate
+	ctx := context.New()
+	exec, err := context.NewExec(backendtest.Embedded(), ctx, chain.StepFn(squaredError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Finalize()
+	w := slices.Clone(initialW)
+	for call := range xs {
+		if _, err := exec.Exec(tensors.FromFlatDataAndDimensions(toFloat32(xs[call]), 4, 3), tensors.FromFlatDataAndDimensions(toFloat32(ys[call]), 4)); err != nil {
+			t.Fatal(err)
+		}
+		if call != 2 { // the NaN call is skipped
+			g := gradient(xs[call], ys[call], w)
+			for j := range w {
+				w[j] -= learningRate * 0.5 * g[j]
+			}
+		}
+	}
+	got := backendtest.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue())
+	for j := range w {
+		if !(math.Abs(got[j]-w[j]) <= 1e-5) || got[j] == plain[j] {
+			t.Errorf("w = %.7f, want %.7f (and not the unhalved %.7f)", got, w, plain)
+			break
+		}
 	}
 }
