@@ -27,16 +27,23 @@ const (
 
 // Finding is one dtype problem of a graph.
 type Finding struct {
-	Kind    FindingKind
-	Node    *graph.Node // where it happens
+	Kind FindingKind
+	Node *graph.Node // where it happens
+	// Message says what is wrong and the fix; it names no node, so that repeated findings read
+	// alike (String adds the node).
 	Message string
+	// Scope is the scope of the variables nearest to Node ("/block_3/mlp"): where in the model
+	// it happens, for people; "" when no variable is near. GroupFindings groups by it.
+	Scope string
 }
 
-func (f Finding) String() string { return fmt.Sprintf("%s: %s", f.Kind, f.Message) }
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s (node #%d)", f.Kind, f.Message, f.Node.Id())
+}
 
 // Audit inspects the nodes of g that outputs depend on and reports 16-bit reductions, uncast
 // float32 parameters in 16-bit regions and float32 detours (see FindingKind). Later packages assert
-// on its findings; `onegpu memory` prints them.
+// on its findings; `onegpu memory` prints them grouped (GroupFindings).
 func Audit(g *graph.Graph, outputs []*graph.Node) []Finding {
 	needed := neededNodes(g, outputs)
 	var findings []Finding
@@ -47,20 +54,23 @@ func Audit(g *graph.Graph, outputs []*graph.Node) []Finding {
 		switch {
 		case isSumLike(n.Type()) && Is16Bit(n.DType()):
 			in := n.Inputs()[0]
-			findings = append(findings, Finding{Reduction16, n, fmt.Sprintf(
-				"%s #%d of %s reduces %d values to %d in %s: accumulate in float32 (graph.SumInFloat32)",
-				n.Type(), n.Id(), in.Shape(), in.Shape().Size(), max(n.Shape().Size(), 1), n.DType())})
+			findings = append(findings, Finding{Kind: Reduction16, Node: n, Message: fmt.Sprintf(
+				"%s of %s reduces %d values to %d in %s: accumulate in float32 (graph.SumInFloat32)",
+				n.Type(), in.Shape(), in.Shape().Size(), max(n.Shape().Size(), 1), n.DType())})
 		case isUpcastMeetingParameter(n):
-			findings = append(findings, Finding{UncastParameter, n, fmt.Sprintf(
-				"%s #%d computes in float32 because a float32 parameter meets a value converted from 16 bits: "+
-					"cast the parameter to the compute dtype", n.Type(), n.Id())})
+			findings = append(findings, Finding{Kind: UncastParameter, Node: n, Message: fmt.Sprintf(
+				"%s computes in float32 because a float32 parameter meets a value converted from 16 bits: "+
+					"cast the parameter to the compute dtype", n.Type())})
 		case isDowncast(n):
 			if segment, ok := float32Detour(n); ok {
-				findings = append(findings, Finding{Float32Detour, n, fmt.Sprintf(
-					"a 16-bit value goes through %d float32 ops without a reduction before #%d converts it back to %s",
-					segment, n.Id(), n.DType())})
+				findings = append(findings, Finding{Kind: Float32Detour, Node: n, Message: fmt.Sprintf(
+					"a 16-bit value goes through %d float32 ops without a reduction before it is converted back to %s",
+					segment, n.DType())})
 			}
 		}
+	}
+	for i := range findings {
+		findings[i].Scope = nearestScope(findings[i].Node)
 	}
 	return findings
 }

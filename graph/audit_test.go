@@ -1,11 +1,14 @@
 package graph_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
@@ -76,5 +79,43 @@ func TestAuditMixedMLPStep(t *testing.T) {
 		if stock && n == 0 {
 			t.Errorf("GoMLX rules: no 16-bit reductions found; the audit misses them")
 		}
+	}
+}
+
+// TestGroupFindings: the same problem in every block is one group that counts the blocks and
+// says where they are ("/block_*/mlp"), not one finding per block; a different problem is
+// another group.
+func TestGroupFindings(t *testing.T) {
+	const blocks = 5
+	bf16, f32 := dtypes.BFloat16, dtypes.Float32
+	p, err := ograph.ContextProgram(embedded(), context.New(), "blocks", []shapes.Shape{shapes.Make(bf16, 8, 4)},
+		func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+			x := inputs[0]
+			for i := range blocks {
+				w := ctx.In(fmt.Sprintf("block_%d", i)).In("mlp").VariableWithShape("kernel", shapes.Make(f32, 4, 4)).ValueGraph(x.Graph())
+				h := graph.Dot(x, graph.ConvertDType(w, bf16))
+				half := graph.Const(x.Graph(), float32(0.5))
+				x = graph.ConvertDType(graph.Mul(graph.ConvertDType(h, f32), half), bf16) // a float32 detour per block
+			}
+			return []*graph.Node{graph.ReduceAllSum(x)} // and one 16-bit reduction
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	findings := ograph.Audit(p.Graph, p.Outputs)
+	groups := ograph.GroupFindings(findings)
+	if len(findings) != blocks+1 || len(groups) != 2 {
+		t.Fatalf("%d findings in %d groups, want %d in 2: %v", len(findings), len(groups), blocks+1, groups)
+	}
+	detours := groups[0]
+	if detours.Kind != ograph.Float32Detour || len(detours.Findings) != blocks || len(detours.Scopes) != blocks ||
+		len(detours.Where) != 1 || detours.Where[0] != "/block_*/mlp" {
+		t.Errorf("detour group %+v: want %d findings in %d scopes, all /block_*/mlp", detours, blocks, blocks)
+	}
+	if got, want := detours.String(), "float32 detour ×5, in /block_*/mlp (5 scopes): a 16-bit value"; !strings.HasPrefix(got, want) {
+		t.Errorf("group line %q, want it to start with %q", got, want)
+	}
+	if groups[1].Kind != ograph.Reduction16 || len(groups[1].Findings) != 1 {
+		t.Errorf("second group %+v: want the one 16-bit reduction", groups[1])
 	}
 }

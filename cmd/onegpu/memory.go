@@ -65,29 +65,32 @@ func runMemory(args []string, w io.Writer) error {
 
 // memoryReport is what `onegpu memory` prints.
 type memoryReport struct {
-	Backend         string           `json:"backend"`
-	Model           string           `json:"model"`
-	Policy          string           `json:"policy"`
-	Remat           string           `json:"remat"`
-	MicroBatches    int              `json:"microbatches"`
-	Batch           int              `json:"batch"`
-	Gradients       string           `json:"gradients"`
-	Params          int64            `json:"params"`
-	ArgumentBytes   int64            `json:"argument_bytes"`
-	PeakBytes       int64            `json:"peak_bytes"`
-	PeakTempBytes   int64            `json:"peak_temp_bytes"`
-	PeakAt          string           `json:"peak_at"`
-	FLOPs           int64            `json:"flops"`
-	MatmulFLOPs     int64            `json:"matmul_flops"`
-	Breakdown       map[string]int64 `json:"breakdown_at_peak"`
-	Largest         []tensorJSON     `json:"largest_at_peak"`
-	DTypeFindings   []string         `json:"dtype_findings"`
-	ExecutedNodes   int              `json:"executed_nodes"`
-	XLA             *compiledJSON    `json:"xla_compiled,omitempty"`
-	Residuals       *remat.Report    `json:"remat_residuals,omitempty"`
-	Timeline        []int64          `json:"-"`
-	breakdownByKind [5]int64
-	residualDetail  bool
+	Backend       string           `json:"backend"`
+	Model         string           `json:"model"`
+	Policy        string           `json:"policy"`
+	Remat         string           `json:"remat"`
+	MicroBatches  int              `json:"microbatches"`
+	Batch         int              `json:"batch"`
+	Gradients     string           `json:"gradients"`
+	Params        int64            `json:"params"`
+	ArgumentBytes int64            `json:"argument_bytes"`
+	PeakBytes     int64            `json:"peak_bytes"`
+	PeakTempBytes int64            `json:"peak_temp_bytes"`
+	PeakAt        string           `json:"peak_at"`
+	FLOPs         int64            `json:"flops"`
+	MatmulFLOPs   int64            `json:"matmul_flops"`
+	Breakdown     map[string]int64 `json:"breakdown_at_peak"`
+	Largest       []tensorJSON     `json:"largest_at_peak"`
+	// DTypeFindings are the audit's findings grouped (graph.GroupFindings), one line a group;
+	// DTypeFindingCount counts the findings.
+	DTypeFindings     []string      `json:"dtype_findings"`
+	DTypeFindingCount int           `json:"dtype_finding_count"`
+	ExecutedNodes     int           `json:"executed_nodes"`
+	XLA               *compiledJSON `json:"xla_compiled,omitempty"`
+	Residuals         *remat.Report `json:"remat_residuals,omitempty"`
+	Timeline          []int64       `json:"-"`
+	breakdownByKind   [5]int64
+	residualDetail    bool
 }
 
 type tensorJSON struct {
@@ -157,8 +160,10 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		r.Largest = append(r.Largest, tensorJSON{Label: t.Label(), Shape: t.Node.Shape().String(), Kind: t.Kind.String(), Bytes: t.Bytes})
 	}
 	r.DTypeFindings = []string{}
-	for _, f := range ograph.Audit(p.Graph, p.Outputs) {
-		r.DTypeFindings = append(r.DTypeFindings, f.String())
+	findings := ograph.Audit(p.Graph, p.Outputs)
+	r.DTypeFindingCount = len(findings)
+	for _, g := range ograph.GroupFindings(findings) {
+		r.DTypeFindings = append(r.DTypeFindings, g.String())
 	}
 	if config.Model == "gpt" {
 		report, err := remat.Residuals(p)
@@ -234,9 +239,13 @@ func (r *memoryReport) writeText(w io.Writer) {
 		}
 	}
 	if len(r.DTypeFindings) > 0 {
-		fmt.Fprintf(w, "\ndtype audit: %d findings\n", len(r.DTypeFindings))
-		for _, f := range r.DTypeFindings {
+		fmt.Fprintf(w, "\ndtype audit: %s in %s\n", plural(r.DTypeFindingCount, "finding"), plural(len(r.DTypeFindings), "group"))
+		const shown = 12 // a summary, not a listing: --json has every group
+		for _, f := range r.DTypeFindings[:min(shown, len(r.DTypeFindings))] {
 			fmt.Fprintf(w, "  %s\n", f)
+		}
+		if more := len(r.DTypeFindings) - shown; more > 0 {
+			fmt.Fprintf(w, "  ... and %d more (--json lists every group)\n", more)
 		}
 	}
 }

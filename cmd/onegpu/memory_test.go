@@ -137,3 +137,26 @@ func TestTrainBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryAuditGrouped: the tutorial GPT's dtype audit is a summary: the 96 identical float32
+// detours (one per block, MLP and attention, micro-batch and recomputation) are one line that
+// counts them and says where, and the whole audit takes at most 15 lines.
+func TestMemoryAuditGrouped(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runMemory([]string{"--model", "gpt", "--preset", "tutorial"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	_, audit, found := strings.Cut(out.String(), "\ndtype audit: ")
+	if !found {
+		t.Fatalf("no dtype audit:\n%s", out.String())
+	}
+	lines := strings.Split(strings.TrimRight(audit, "\n"), "\n")
+	if len(lines) > 15 {
+		t.Errorf("the audit takes %d lines, want at most 15:\n%s", len(lines), audit)
+	}
+	if !strings.HasPrefix(lines[0], "96 findings in 1 group") || !strings.Contains(audit, "float32 detour ×96, in /block_*/mlp/output_layer, /block_*/attn/output_layer (24 scopes)") {
+		t.Errorf("want the 96 detours as one group that says where:\n%s", audit)
+	}
+}
