@@ -231,11 +231,14 @@ func (t *Trainer) Chain() (*optim.Chain, error) {
 	return optim.NewChain(append(links, optim.Apply(adam))...)
 }
 
+// StepName names the train step's graph, and so XLA's HLO module of it.
+const StepName = "train_step"
+
 // Program builds the train step for analysis (graph.Analyze, graph.CompileProgram) on the trainer's
 // backend, in a fresh context: nothing runs and the trainer's own state is untouched.
 func (t *Trainer) Program() (*ograph.Program, error) {
 	ctx := context.New()
-	return ograph.ContextProgram(t.Backend, ctx, "train_step", t.InputShapes(), t.StepFn())
+	return ograph.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.StepFn())
 }
 
 // StepMetrics are one step's results.
@@ -271,7 +274,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		if err != nil {
 			return nil, nil, err
 		}
-		t.exec = exec
+		t.exec = exec.WithName(StepName) // XLA's module name: onegpu compare finds the step's HLO by it
 	}
 	args := make([]any, len(batch))
 	for i, b := range batch {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/onegpu/onegpu/flags"
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -70,6 +72,10 @@ type compareOptions struct {
 	accumulate, layerDTyp string
 	asJSON                bool
 	jsonFile              string
+	// memoryOnly compiles both sides' steps without training; hloDir is where XLA dumps
+	// onegpu's optimized step for the census (empty on the embedded backend).
+	memoryOnly bool
+	hloDir     string
 }
 
 // compareFlagList is a repeatable string flag.
@@ -94,6 +100,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 	fs.Float64Var(&o.tolBF16, "tol-bf16", compareTolBF16, "largest relative loss difference that agrees, bfloat16 or float16 compute; at least 0")
 	fs.StringVar(&o.accumulate, "jax-accumulate", "auto", "the reference's micro-batch loop: auto (the tutorial's: scan for gpt, loop for mlp), loop or scan")
 	fs.StringVar(&o.layerDTyp, "jax-layer-dtypes", "flax", "where the reference's LayerNorm and Embed cast in bfloat16: flax (the tutorial's layers) or onegpu (onegpu's placement)")
+	fs.BoolVar(&o.memoryOnly, "memory-only", false, "compile both sides' train steps without training: XLA's compiled memory, the HLO census and the build+compile time (minutes at tutorial scale)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.jsonFile, "json-file", "", "also write the JSON object to this file, with the tables on stdout (default: no file)")
 	if err := parseArgs(fs, args); err != nil {
@@ -156,7 +163,8 @@ func runCompare(args []string, w, progress io.Writer) error {
 		}
 		defer os.RemoveAll(root)
 	}
-	report := compareReport{Steps: o.steps, Python: o.python, Script: o.script, Agree: true}
+	o.hloDir = hloDumpDir(filepath.Join(root, "hlo"))
+	report := compareReport{Steps: o.steps, Python: o.python, Script: o.script, Agree: true, MemoryOnly: o.memoryOnly}
 	for i, flagsText := range o.configs {
 		r := compareOne(o, flagsText, filepath.Join(root, fmt.Sprintf("config_%d", i)), progress)
 		report.Agree = report.Agree && r.Agree
@@ -193,11 +201,13 @@ func runCompare(args []string, w, progress io.Writer) error {
 
 // compareReport is what `onegpu compare --json` prints.
 type compareReport struct {
-	Steps   int              `json:"steps"`
-	Python  string           `json:"python"`
-	Script  string           `json:"script"`
-	Agree   bool             `json:"agree"`
-	Configs []*compareResult `json:"configs"`
+	Steps  int    `json:"steps"`
+	Python string `json:"python"`
+	Script string `json:"script"`
+	Agree  bool   `json:"agree"`
+	// MemoryOnly: the steps were compiled, not trained (no losses to agree on).
+	MemoryOnly bool             `json:"memory_only,omitempty"`
+	Configs    []*compareResult `json:"configs"`
 }
 
 func (r compareReport) summary() string {
@@ -206,6 +216,9 @@ func (r compareReport) summary() string {
 		if c.Agree {
 			agree++
 		}
+	}
+	if r.MemoryOnly {
+		return fmt.Sprintf("%d of %d configurations compiled on both sides", agree, len(r.Configs))
 	}
 	return fmt.Sprintf("%d of %d configurations agree with JAX", agree, len(r.Configs))
 }
@@ -243,6 +256,7 @@ type compareSide struct {
 	StepSeconds      floats   `json:"step_seconds"`
 	FirstStepSeconds float64  `json:"first_step_seconds"`
 	CompileSeconds   float64  `json:"compile_seconds,omitempty"`
+	BuildSeconds     float64  `json:"build_seconds,omitempty"` // onegpu's graph building, part of the first step
 	MeanStepSeconds  *float64 `json:"mean_step_seconds"`
 	TokensPerSecond  *float64 `json:"tokens_per_second"`
 	// Memory is XLA's account of the compiled step (MemoryKind "xla_compiled"), or on the
@@ -251,6 +265,8 @@ type compareSide struct {
 	MemoryKind string         `json:"memory_kind,omitempty"`
 	Accumulate string         `json:"accumulate,omitempty"`
 	LayerDType string         `json:"layer_dtypes,omitempty"`
+	// Census counts the optimized HLO of the compiled step by op and element type (XLA only).
+	Census *ograph.HLOCensus `json:"census,omitempty"`
 }
 
 // compareMemory are compiled memory statistics in bytes, in JAX's memory_analysis() terms.
@@ -323,13 +339,20 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	r.Data = data.Describe()
 
 	fmt.Fprintf(progress, "== %s\n   onegpu: %s\n", r.Name, r.Config)
-	ours, spec, err := runOnegpuSide(&s, config, data, o.steps, folder, progress)
+	if spec, err := ograph.ResolveBackend(s.backend); err == nil && spec.Kind == "xla" && o.hloDir != "" {
+		// XLA reads its flags once per process: every configuration dumps to the same folder.
+		s.xlaPresets = append(s.xlaPresets, flags.Dump(o.hloDir, "^"+train.StepName, ""))
+	}
+	if o.memoryOnly {
+		return compareCompiled(o, r, &s, config, data, folder, progress)
+	}
+	ours, spec, err := runOnegpuSide(&s, config, data, o.steps, o.hloDir, folder, progress)
 	r.Backend = spec.String()
 	if err != nil {
 		return fail(err)
 	}
 	r.Ours = ours
-	theirs, err := runJAXSide(o, folder, progress)
+	theirs, err := runJAXSide(o, folder, false, progress)
 	if err != nil {
 		return fail(err)
 	}

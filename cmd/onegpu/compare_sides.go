@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )
@@ -22,7 +23,7 @@ import (
 // runOnegpuSide initializes the model, exports it with the data to folder, trains steps steps and
 // measures them. The backend is released before returning, so that the reference has the device
 // to itself.
-func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return nil, spec, err
@@ -47,11 +48,11 @@ func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, fo
 		var m train.StepMetrics
 		if i == 0 {
 			var mem *ograph.CompiledMemory
+			dumped := dumpedHLO(hloDir)
 			m, mem, err = trainer.StepCompiled(batch)
 			if mem != nil {
-				side.Memory = &compareMemory{ArgumentBytes: mem.ArgumentBytes, OutputBytes: mem.OutputBytes, AliasBytes: mem.AliasBytes,
-					TempBytes: mem.TemporaryBytes, CodeBytes: mem.CodeBytes, TotalBytes: mem.TotalBytes()}
-				side.MemoryKind = "xla_compiled"
+				side.Memory, side.MemoryKind = compiledMemory(*mem), "xla_compiled"
+				side.Census = newCensus(hloDir, dumped, progress)
 			}
 		} else {
 			m, err = trainer.Step(batch)
@@ -90,9 +91,134 @@ func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, fo
 	return side, spec, nil
 }
 
-// runJAXSide runs the reference on folder and reads its JSON.
-func runJAXSide(o compareOptions, folder string, progress io.Writer) (*compareSide, error) {
-	args := []string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp}
+// compileOnegpuSide builds and compiles the train step on XLA without running it, measures the
+// time that takes, and exports the initial weights and one batch to folder for the reference.
+func compileOnegpuSide(s *setup, config train.Config, data train.Data, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+	backend, spec, err := s.newBackend()
+	if err != nil {
+		return nil, spec, err
+	}
+	defer backend.Finalize()
+	if spec.Kind != "xla" {
+		return nil, spec, fmt.Errorf("--memory-only compiles with XLA, the backend is %s: use --backend xla:/abs/path/plugin.so", spec)
+	}
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return nil, spec, err
+	}
+	defer trainer.Close()
+	dumped := dumpedHLO(hloDir)
+	start := time.Now()
+	p, err := trainer.Program()
+	if err != nil {
+		return nil, spec, err
+	}
+	built := time.Since(start).Seconds()
+	mem, err := ograph.CompileProgram(p)
+	p.Graph.Finalize()
+	if err != nil {
+		return nil, spec, err
+	}
+	side := &compareSide{Framework: "onegpu", Platform: spec.Kind, FirstStepSeconds: time.Since(start).Seconds(), BuildSeconds: built,
+		Memory: compiledMemory(mem), MemoryKind: "xla_compiled", Census: newCensus(hloDir, dumped, progress)}
+	side.CompileSeconds = side.FirstStepSeconds - built
+	fmt.Fprintf(progress, "   [onegpu] built in %.1f s, compiled in %.1f s: XLA needs %s\n", built, side.CompileSeconds, ograph.FormatBytes(mem.TotalBytes()))
+	if err := trainer.Initialize(); err != nil {
+		return nil, spec, err
+	}
+	if _, err := trainer.Export(folder, data, 1); err != nil {
+		return nil, spec, err
+	}
+	return side, spec, nil
+}
+
+// compareCompiled compiles one configuration on both sides without training.
+func compareCompiled(o compareOptions, r *compareResult, s *setup, config train.Config, data train.Data, folder string, progress io.Writer) *compareResult {
+	fail := func(err error) *compareResult {
+		r.Error = err.Error()
+		fmt.Fprintf(progress, "compare: %s: %v\n", r.Name, err)
+		return r
+	}
+	ours, spec, err := compileOnegpuSide(s, config, data, o.hloDir, folder, progress)
+	r.Backend = spec.String()
+	if err != nil {
+		return fail(err)
+	}
+	r.Ours = ours
+	theirs, err := runJAXSide(o, folder, true, progress)
+	if err != nil {
+		return fail(err)
+	}
+	r.JAX = theirs
+	r.Agree = true // nothing trained: both sides compiled
+	return r
+}
+
+func compiledMemory(m ograph.CompiledMemory) *compareMemory {
+	return &compareMemory{ArgumentBytes: m.ArgumentBytes, OutputBytes: m.OutputBytes, AliasBytes: m.AliasBytes,
+		TempBytes: m.TemporaryBytes, CodeBytes: m.CodeBytes, TotalBytes: m.TotalBytes()}
+}
+
+// hloDumpDir returns where XLA dumps HLO in this process: XLA reads its flags once, when the first
+// plugin client is created, so once one exists the folder its XLA_FLAGS named stays in force (XLA
+// creates it again if it was removed). Before that, it is fallback.
+func hloDumpDir(fallback string) string {
+	if len(flags.PluginsCreated()) == 0 {
+		return fallback
+	}
+	if env, err := flags.Environment(); err == nil {
+		if dir, ok := env.Lookup("xla_dump_to"); ok && dir.Value != "" {
+			return dir.Value
+		}
+	}
+	return ""
+}
+
+// dumpedHLO lists the optimized modules XLA has dumped to dir so far.
+func dumpedHLO(dir string) map[string]bool {
+	seen := map[string]bool{}
+	if dir == "" {
+		return seen
+	}
+	files, _ := ograph.OptimizedHLOFiles(dir)
+	for _, f := range files {
+		seen[f] = true
+	}
+	return seen
+}
+
+// newCensus counts the newest train step module XLA dumped to dir since before was listed, or
+// returns nil (and says why) when there is none.
+func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.HLOCensus {
+	if dir == "" {
+		return nil
+	}
+	files, err := ograph.OptimizedHLOFiles(dir)
+	var newest string
+	for _, f := range files {
+		if !before[f] && strings.Contains(filepath.Base(f), train.StepName) {
+			newest = f
+		}
+	}
+	if err != nil || newest == "" {
+		fmt.Fprintf(progress, "   [onegpu] no HLO census: XLA dumped no new %s module under %s (XLA_FLAGS set before this run?)\n", train.StepName, dir)
+		return nil
+	}
+	c, err := ograph.ReadHLOCensus(newest)
+	if err != nil {
+		fmt.Fprintf(progress, "   [onegpu] no HLO census: %v\n", err)
+		return nil
+	}
+	return &c
+}
+
+// runJAXSide runs the reference on folder and reads its JSON; compileOnly compiles its step without training.
+func runJAXSide(o compareOptions, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
+	hlo := filepath.Join(folder, "jax_step.hlo.txt")
+	args := []string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp, "--hlo", hlo}
+	if compileOnly {
+		args = append(args, "--compile-only")
+	}
 	cmd := exec.CommandContext(context.Background(), o.python, args...)
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -111,6 +237,11 @@ func runJAXSide(o compareOptions, folder string, progress io.Writer) (*compareSi
 		}
 	}
 	side.MemoryKind = "xla_compiled"
+	if c, err := ograph.ReadHLOCensus(hlo); err == nil {
+		side.Census = &c
+	} else {
+		fmt.Fprintf(progress, "   JAX: no HLO census: %v\n", err)
+	}
 	return &side, nil
 }
 

@@ -21,18 +21,24 @@ func (r *compareResult) writeTable(w io.Writer) {
 	n := len(o.Loss)
 	jaxName := fmt.Sprintf("JAX %s (%s)", j.Version, j.DeviceKind)
 	fmt.Fprintf(w, "onegpu: %s\n", r.Backend)
-	fmt.Fprintf(w, "%-26s %16s %16s %12s\n", "", "onegpu", "JAX", "onegpu/JAX")
+	fmt.Fprintf(w, "%-32s %16s %16s %12s\n", "", "onegpu", "JAX", "onegpu/JAX")
 	row := func(name, ours, theirs, ratio string) {
-		fmt.Fprintf(w, "%-26s %16s %16s %12s\n", name, ours, theirs, ratio)
+		fmt.Fprintf(w, "%-32s %16s %16s %12s\n", name, ours, theirs, ratio)
 	}
-	row("loss at step 1 (same weights)", fmt.Sprintf("%.6f", o.Loss[0]), fmt.Sprintf("%.6f", j.Loss[0]),
-		fmt.Sprintf("Δ %.1e", r.LossRelDiff[0]))
-	row(fmt.Sprintf("loss at step %d", n), fmt.Sprintf("%.6f", o.Loss[n-1]), fmt.Sprintf("%.6f", j.Loss[n-1]),
-		fmt.Sprintf("Δ %.1e", r.LossRelDiff[n-1]))
-	row(fmt.Sprintf("largest Δ over %d steps", n), "", "", fmt.Sprintf("%.1e", r.MaxRelDiff))
-	row(fmt.Sprintf("accuracy at step %d", n), fmt.Sprintf("%.4f", o.Accuracy[n-1]), fmt.Sprintf("%.4f", j.Accuracy[n-1]), "")
-	row("first step (compiles)", fmt.Sprintf("%.2f s", o.FirstStepSeconds), fmt.Sprintf("%.2f s", j.FirstStepSeconds),
-		compareRatio(o.FirstStepSeconds, j.FirstStepSeconds))
+	if n > 0 && len(j.Loss) >= n {
+		row("loss at step 1 (same weights)", fmt.Sprintf("%.6f", o.Loss[0]), fmt.Sprintf("%.6f", j.Loss[0]),
+			fmt.Sprintf("Δ %.1e", r.LossRelDiff[0]))
+		row(fmt.Sprintf("loss at step %d", n), fmt.Sprintf("%.6f", o.Loss[n-1]), fmt.Sprintf("%.6f", j.Loss[n-1]),
+			fmt.Sprintf("Δ %.1e", r.LossRelDiff[n-1]))
+		row(fmt.Sprintf("largest Δ over %d steps", n), "", "", fmt.Sprintf("%.1e", r.MaxRelDiff))
+		row(fmt.Sprintf("accuracy at step %d", n), fmt.Sprintf("%.4f", o.Accuracy[n-1]), fmt.Sprintf("%.4f", j.Accuracy[n-1]), "")
+		row("first step (compiles)", fmt.Sprintf("%.2f s", o.FirstStepSeconds), fmt.Sprintf("%.2f s", j.FirstStepSeconds),
+			compareRatio(o.FirstStepSeconds, j.FirstStepSeconds))
+	} else {
+		row("build + compile", fmt.Sprintf("%.2f s", o.FirstStepSeconds), fmt.Sprintf("%.2f s", j.CompileSeconds),
+			compareRatio(o.FirstStepSeconds, j.CompileSeconds))
+		row("  of which building", fmt.Sprintf("%.2f s", o.BuildSeconds), "", "")
+	}
 	if o.MeanStepSeconds != nil && j.MeanStepSeconds != nil {
 		row(fmt.Sprintf("step time (mean, 2..%d)", n), compareSeconds(*o.MeanStepSeconds), compareSeconds(*j.MeanStepSeconds),
 			compareRatio(*o.MeanStepSeconds, *j.MeanStepSeconds))
@@ -56,6 +62,19 @@ func (r *compareResult) writeTable(w io.Writer) {
 		if j.Memory.PeakMemoryBytes != nil {
 			row("  JAX peak_memory_in_bytes", "", ograph.FormatBytes(*j.Memory.PeakMemoryBytes), "")
 		}
+	}
+	if o.Census != nil && j.Census != nil {
+		row("optimized HLO (census)", "", "", "")
+		row("  instructions", fmt.Sprint(o.Census.Instructions), fmt.Sprint(j.Census.Instructions),
+			compareRatio(float64(o.Census.Instructions), float64(j.Census.Instructions)))
+		for _, k := range ograph.CensusRows(*o.Census, *j.Census) {
+			ours, theirs := o.Census.Ops[k], j.Census.Ops[k]
+			row("  "+k, fmt.Sprint(ours), fmt.Sprint(theirs), compareRatio(float64(ours), float64(theirs)))
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(w, "compiled, not trained [%s]\n", jaxName)
+		return
 	}
 	verdict := fmt.Sprintf("agree: largest relative loss difference %.1e <= %.0e (%s compute)", r.MaxRelDiff, r.Tolerance, r.Compute)
 	if !r.Agree {

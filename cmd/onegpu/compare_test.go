@@ -56,6 +56,15 @@ func TestCompareAgreesWithJAX(t *testing.T) {
 		if c.Ours.MemoryKind != "xla_compiled" || c.Ours.Memory.TempBytes <= 0 || c.JAX.Memory == nil || c.JAX.Memory.ArgumentBytes <= 0 {
 			t.Errorf("%s: compiled memory missing: ours %+v (%s), JAX %+v", c.Name, c.Ours.Memory, c.Ours.MemoryKind, c.JAX.Memory)
 		}
+		if float64(c.Ours.Memory.AliasBytes) < 0.99*float64(c.JAX.Memory.AliasBytes) {
+			t.Errorf("%s: aliased bytes ours %d, JAX %d: the updated state must be aliased as JAX donates it", c.Name, c.Ours.Memory.AliasBytes, c.JAX.Memory.AliasBytes)
+		}
+		// The same dots: onegpu unrolls the micro-batches, JAX's scan runs its body 4 times.
+		if c.Ours.Census == nil || c.JAX.Census == nil {
+			t.Errorf("%s: HLO census missing: ours %v, JAX %v", c.Name, c.Ours.Census, c.JAX.Census)
+		} else if ours, theirs := c.Ours.Census.Ops["dot bf16,bf16->bf16"], c.JAX.Census.Ops["dot bf16,bf16->bf16"]; ours != theirs && ours != 4*theirs {
+			t.Errorf("%s: %d bf16 dots, JAX %d", c.Name, ours, theirs)
+		}
 		if c.Ours.Memory.ArgumentBytes != c.JAX.Memory.ArgumentBytes {
 			// Same weights, same Adam state: the arguments differ only by scalars (step counters).
 			if d := math.Abs(float64(c.Ours.Memory.ArgumentBytes - c.JAX.Memory.ArgumentBytes)); d > 1024 {
@@ -65,6 +74,37 @@ func TestCompareAgreesWithJAX(t *testing.T) {
 	}
 	if err != nil || !report.Agree || len(report.Configs) != 2 {
 		t.Errorf("compare = %v, agree %v, %d configurations", err, report.Agree, len(report.Configs))
+	}
+}
+
+// TestCompareMemoryOnly compiles the MLP's step on both sides without training: XLA's memory,
+// the aliased state and the census come back for both, with build and compile times.
+func TestCompareMemoryOnly(t *testing.T) {
+	python := referencePython()
+	plugin := os.Getenv(ograph.EnvPlugin)
+	if python == "" || plugin == "" {
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run)", ograph.EnvPlugin)
+	}
+	var out, progress bytes.Buffer
+	err := runCompare([]string{"--json", "--memory-only", "--backend", "xla:" + plugin, "--python", python,
+		"--config", "--model mlp --batch 64"}, &out, &progress)
+	var report compareReport
+	if jerr := json.Unmarshal(out.Bytes(), &report); jerr != nil || err != nil || len(report.Configs) != 1 {
+		t.Fatalf("compare --memory-only = %v, JSON %v:\n%s\n%s", err, jerr, out.String(), progress.String())
+	}
+	c := report.Configs[0]
+	if c.Error != "" || c.Ours == nil || c.JAX == nil || c.Ours.Memory == nil || c.JAX.Memory == nil {
+		t.Fatalf("%s: %q\n%s", c.Name, c.Error, progress.String())
+	}
+	if len(c.Ours.Loss) != 0 || len(c.JAX.Loss) != 0 || c.Ours.FirstStepSeconds <= 0 || c.JAX.CompileSeconds <= 0 {
+		t.Errorf("compiled only: losses %v / %v, build+compile %.2f s, JAX compile %.2f s", c.Ours.Loss, c.JAX.Loss, c.Ours.FirstStepSeconds, c.JAX.CompileSeconds)
+	}
+	// The same weights and Adam state; the step counters' scalars differ (int64 vs int32).
+	if d := c.Ours.Memory.AliasBytes - c.JAX.Memory.AliasBytes; d < -8 || d > 8 || c.Ours.Memory.AliasBytes < 600<<10 {
+		t.Errorf("aliased bytes ours %d, JAX %d: want the same weights and Adam state (~700 KiB)", c.Ours.Memory.AliasBytes, c.JAX.Memory.AliasBytes)
+	}
+	if c.Ours.Census == nil || c.JAX.Census == nil || c.Ours.Census.Instructions == 0 || c.JAX.Census.Instructions == 0 {
+		t.Errorf("census missing: ours %+v, JAX %+v", c.Ours.Census, c.JAX.Census)
 	}
 }
 

@@ -110,11 +110,22 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.dumpHLO != "" {
-		if spec.Kind != "xla" {
-			return nil, fmt.Errorf("--dump-hlo needs an XLA backend (--backend xla:/abs/path/plugin.so); the embedded backend has no HLO")
+	if o.dumpHLO != "" && spec.Kind != "xla" {
+		return nil, fmt.Errorf("--dump-hlo needs an XLA backend (--backend xla:/abs/path/plugin.so); the embedded backend has no HLO")
+	}
+	hloDir := o.dumpHLO
+	if spec.Kind == "xla" {
+		if hloDir == "" && len(flags.PluginsCreated()) > 0 {
+			hloDir = hloDumpDir("")
+		} else if hloDir == "" { // the census reads the optimized module XLA dumps
+			if hloDir, err = os.MkdirTemp("", "onegpu-hlo-"); err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(hloDir)
 		}
-		o.xlaPresets = append(o.xlaPresets, flags.Dump(o.dumpHLO, stepName, ""))
+		if hloDir != "" {
+			o.xlaPresets = append(o.xlaPresets, flags.Dump(hloDir, stepName, ""))
+		}
 	}
 	backend, spec, err := o.newBackend()
 	if err != nil {
@@ -173,13 +184,14 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		r.Residuals = &report
 	}
 	if spec.Kind == "xla" {
+		dumped := dumpedHLO(hloDir)
 		compiled, err := ograph.CompileProgram(p)
 		if err != nil {
 			return nil, err
 		}
 		r.XLA = &compiledJSON{ArgumentBytes: compiled.ArgumentBytes, OutputBytes: compiled.OutputBytes,
 			AliasBytes: compiled.AliasBytes, TemporaryBytes: compiled.TemporaryBytes, CodeBytes: compiled.CodeBytes,
-			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO}
+			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO, Census: newCensus(hloDir, dumped, os.Stderr)}
 	}
 	return r, nil
 }
@@ -196,6 +208,8 @@ type compiledJSON struct {
 	CodeBytes      int64  `json:"code_bytes"`
 	TotalBytes     int64  `json:"total_bytes"`
 	HLODir         string `json:"hlo_dir,omitempty"`
+	// Census counts the optimized HLO by op and element type.
+	Census *ograph.HLOCensus `json:"census,omitempty"`
 }
 
 func (r *memoryReport) writeText(w io.Writer) {
@@ -215,6 +229,16 @@ func (r *memoryReport) writeText(w io.Writer) {
 			ograph.FormatBytes(x.TemporaryBytes), ograph.FormatBytes(x.CodeBytes))
 		if x.HLODir != "" {
 			fmt.Fprintf(w, "HLO written to  %s (*%s*after_optimizations.txt is what runs)\n", x.HLODir, stepName)
+		}
+		if c := x.Census; c != nil {
+			fmt.Fprintf(w, "optimized HLO   %d instructions:", c.Instructions)
+			for i, k := range ograph.CensusRows(*c) {
+				if i%4 == 0 {
+					fmt.Fprintf(w, "\n               ")
+				}
+				fmt.Fprintf(w, " %s %d;", k, c.Ops[k])
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	fmt.Fprintln(w)

@@ -189,6 +189,9 @@ def main():
     ap.add_argument("--layer-dtypes", choices=["flax", "onegpu"], default="flax",
                     help="where LayerNorm and Embed cast in bfloat16: Flax's layers (the tutorial) or onegpu's placement")
     ap.add_argument("--steps", type=int, default=0, help="train this many steps (default: config.json's)")
+    ap.add_argument("--hlo", default="", help="write the compiled step's optimized HLO (compiled.as_text()) to this file")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile the step and report its memory and compile time without training")
     args = ap.parse_args()
 
     with open(os.path.join(args.folder, "config.json")) as f:
@@ -225,6 +228,11 @@ def main():
     compiled = step_fn.lower(state, *batches[0]).compile()
     compile_seconds = time.perf_counter() - start
     memory = memory_stats(compiled)
+    if args.hlo:
+        with open(args.hlo, "w") as f:
+            f.write(compiled.as_text())
+    if args.compile_only:
+        steps = 0
 
     losses, accuracies, step_seconds, counts = [], [], [], []
     for i in range(steps):
@@ -255,7 +263,7 @@ def main():
         "accuracy": accuracies,
         "step_seconds": step_seconds,
         "compile_seconds": compile_seconds,
-        "first_step_seconds": compile_seconds + step_seconds[0],
+        "first_step_seconds": compile_seconds + (step_seconds[0] if step_seconds else 0),
         "mean_step_seconds": mean_step,
         "tokens_per_second": (sum(counts[1:]) / sum(later)) if later else None,
         "memory": memory,
