@@ -99,8 +99,8 @@ func TestCompareMemoryOnly(t *testing.T) {
 	if len(c.Ours.Loss) != 0 || len(c.JAX.Loss) != 0 || c.Ours.FirstStepSeconds <= 0 || c.JAX.CompileSeconds <= 0 {
 		t.Errorf("compiled only: losses %v / %v, build+compile %.2f s, JAX compile %.2f s", c.Ours.Loss, c.JAX.Loss, c.Ours.FirstStepSeconds, c.JAX.CompileSeconds)
 	}
-	// The same weights and Adam state; the step counters' scalars differ (int64 vs int32).
-	if d := c.Ours.Memory.AliasBytes - c.JAX.Memory.AliasBytes; d < -8 || d > 8 || c.Ours.Memory.AliasBytes < 600<<10 {
+	// The same weights and Adam state; only scalars differ (step counters are int64 vs int32).
+	if d := c.Ours.Memory.AliasBytes - c.JAX.Memory.AliasBytes; d < -64 || d > 64 || c.Ours.Memory.AliasBytes < 600<<10 {
 		t.Errorf("aliased bytes ours %d, JAX %d: want the same weights and Adam state (~700 KiB)", c.Ours.Memory.AliasBytes, c.JAX.Memory.AliasBytes)
 	}
 	if c.Ours.Census == nil || c.JAX.Census == nil || c.Ours.Census.Instructions == 0 || c.JAX.Census.Instructions == 0 {
