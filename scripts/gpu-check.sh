@@ -15,6 +15,9 @@
 #      0): bfloat16 + remat of MLP and attention + 4 micro-batches (the tutorial's setup) first
 #   4. onegpu memory of the tutorial's step on XLA (XLA's compiled account next to onegpu's estimate)
 #   5. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left
+#   Every compare table (and its JSON) holds both sides' aliased bytes and the census of the
+#   optimized HLO (converts, dots by operand types, fusions, copies, transposes, loops); memory
+#   prints onegpu's census: the GPU run tells the same story as `onegpu compare` on CPU.
 #
 # Environment (all optional):
 #   OUT           where logs and JSON go (default ./out/gpu-check)
