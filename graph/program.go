@@ -48,14 +48,28 @@ func NewProgram(g *graph.Graph, outputs ...*graph.Node) *Program {
 // unsupported dtype) is returned as an error.
 func ContextProgram(backend backends.Backend, ctx *context.Context, name string, inputs []shapes.Shape,
 	fn func(ctx *context.Context, inputs []*graph.Node) []*graph.Node) (p *Program, err error) {
-	InstallGradients()
 	g := graph.NewGraph(backend, name)
-	err = CatchPanic(func() {
+	p, err = ContextProgramOn(g, ctx, func(g *graph.Graph) []*graph.Node {
 		nodes := make([]*graph.Node, len(inputs))
 		for i, s := range inputs {
 			nodes[i] = graph.Parameter(g, fmt.Sprintf("input_%d", i), s)
 		}
-		outputs := fn(ctx, nodes)
+		return nodes
+	}, fn)
+	if err != nil {
+		g.Finalize()
+		return nil, err
+	}
+	return p, nil
+}
+
+// ContextProgramOn is ContextProgram on a graph the caller created and configured (for instance
+// for XLA's auto-sharding across devices), with the data inputs that inputs creates in it.
+func ContextProgramOn(g *graph.Graph, ctx *context.Context, inputs func(g *graph.Graph) []*graph.Node,
+	fn func(ctx *context.Context, inputs []*graph.Node) []*graph.Node) (p *Program, err error) {
+	InstallGradients()
+	err = CatchPanic(func() {
+		outputs := fn(ctx, inputs(g))
 		p = NewProgram(g, outputs...)
 		if len(outputs) > 0 && outputs[0].IsScalar() {
 			p.Loss = outputs[0]
@@ -88,8 +102,7 @@ func ContextProgram(backend backends.Backend, ctx *context.Context, name string,
 		}
 	})
 	if err != nil {
-		g.Finalize()
-		return nil, fmt.Errorf("building %q: %w", name, err)
+		return nil, fmt.Errorf("building %q: %w", g.Name(), err)
 	}
 	return p, nil
 }

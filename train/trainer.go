@@ -44,6 +44,8 @@ type Config struct {
 	Schedule  Schedule
 	// Seed fixes the initial weights, the dropout masks and the data.
 	Seed uint64
+	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
+	Devices Devices
 }
 
 // Validate returns an error naming the setting that cannot work and how to fix it.
@@ -86,6 +88,9 @@ func (c Config) ValidateTraining() error {
 	if _, err := ParseLossScale(c.LossScale); err != nil {
 		return err
 	}
+	if err := c.Devices.validate(c.Batch, c.MicroBatches); err != nil {
+		return err
+	}
 	return c.Schedule.Validate()
 }
 
@@ -115,6 +120,7 @@ type Trainer struct {
 	Backend backends.Backend
 	Ctx     *context.Context
 	exec    *context.Exec
+	layout  *layout // how a distributed step places its tensors; nil on one device
 }
 
 // New validates config and prepares a trainer of the tutorial's model config.Model whose variables
@@ -149,6 +155,9 @@ func NewFor(backend backends.Backend, model Model, config Config) (*Trainer, err
 		return nil, err
 	}
 	if err := accum.CheckSplit(config.MicroBatches, model.InputShapes(config.Batch)...); err != nil {
+		return nil, err
+	}
+	if err := config.Devices.CheckBackend(backend); err != nil {
 		return nil, err
 	}
 	ctx := context.New()
@@ -270,21 +279,21 @@ func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 // graph that ran.
 func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if t.exec == nil {
-		exec, err := context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.StepFn()))
+		exec, err := t.newExec()
 		if err != nil {
 			return nil, nil, err
 		}
 		t.exec = exec.WithName(StepName) // XLA's module name: onegpu compare finds the step's HLO by it
 	}
-	args := make([]any, len(batch))
-	for i, b := range batch {
-		args[i] = b
+	args, err := t.stepArgs(batch)
+	if err != nil {
+		return nil, nil, err
 	}
 	var (
 		outs []*tensors.Tensor
 		g    *graph.Graph
 	)
-	err := ograph.CatchPanic(func() {
+	err = ograph.CatchPanic(func() {
 		var err error
 		if outs, g, err = t.exec.ExecWithGraph(args...); err != nil {
 			panic(err)

@@ -88,6 +88,7 @@ type memoryReport struct {
 	ExecutedNodes     int           `json:"executed_nodes"`
 	XLA               *compiledJSON `json:"xla_compiled,omitempty"`
 	Residuals         *remat.Report `json:"remat_residuals,omitempty"`
+	Devices           *devicesJSON  `json:"devices,omitempty"`
 	Timeline          []int64       `json:"-"`
 	breakdownByKind   [5]int64
 	residualDetail    bool
@@ -193,6 +194,11 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 			AliasBytes: compiled.AliasBytes, TemporaryBytes: compiled.TemporaryBytes, CodeBytes: compiled.CodeBytes,
 			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO, Census: newCensus(hloDir, dumped, os.Stderr)}
 	}
+	if config.Devices.Distributed() {
+		if err := r.addDevices(trainer); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -242,12 +248,17 @@ func (r *memoryReport) writeText(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w)
+	r.Devices.writeText(w)
 
 	fmt.Fprintln(w, "at the peak, by kind:")
+	var atPeak int64 // the peak, or one device's share of it
+	for _, b := range r.breakdownByKind {
+		atPeak += b
+	}
 	for _, k := range ograph.Kinds() {
 		b := r.breakdownByKind[k]
-		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(r.PeakBytes, 1)),
-			strings.Repeat("█", int(40*b/max(r.PeakBytes, 1))))
+		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(atPeak, 1)),
+			strings.Repeat("█", int(40*b/max(atPeak, 1))))
 	}
 	fmt.Fprintln(w, "\nlargest buffers alive at the peak:")
 	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")

@@ -26,6 +26,8 @@ type setup struct {
 	model, preset, policy, remat, rematPolicy, lossScale, backend string
 	batch, microBatches                                           int
 	learningRate, dropout                                         float64
+	devices                                                       int
+	shard                                                         string
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
 	fs                                                            *flag.FlagSet
@@ -46,6 +48,8 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the warm-up/exponential-decay schedule, positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
 	fs.Var(&s.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend only (repeatable; see onegpu flags -h) (default: none)")
+	fs.IntVar(&s.devices, "devices", 1, "devices of the XLA backend to split each batch across (data parallel, XLA's SPMD partitioner)")
+	fs.StringVar(&s.shard, "shard", "none", "with --devices N: what is split across devices instead of copied: none, optimizer (ZeRO-1) or params (params, gradients and optimizer state: FSDP)")
 }
 
 // parseSetup reads a configuration written with the setup flags alone (train's defaults: the
@@ -139,6 +143,9 @@ func (s *setup) config() (train.Config, error) {
 	if set["dropout"] {
 		c.GPT.Dropout, c.Classifier.Dropout = s.dropout, s.dropout
 	}
+	if c.Devices, err = s.parseDevices(); err != nil {
+		return c, err
+	}
 	return c, c.Validate()
 }
 
@@ -191,4 +198,16 @@ func plural(n int, noun string) string {
 		return fmt.Sprintf("%d %ses", n, noun)
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// parseDevices reads --devices and --shard.
+func (s *setup) parseDevices() (train.Devices, error) {
+	shard, err := train.ParseShard(s.shard)
+	if err != nil {
+		return train.Devices{}, fmt.Errorf("--shard: %w", err)
+	}
+	if s.devices < 1 {
+		return train.Devices{}, fmt.Errorf("--devices %d: use at least 1 device", s.devices)
+	}
+	return train.Devices{Count: s.devices, Shard: shard}, nil
 }
