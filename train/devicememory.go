@@ -125,11 +125,31 @@ func countChanged(ctx *context.Context, g *graph.Graph) int {
 	return n
 }
 
-// PerDeviceBreakdown scales a breakdown of the whole step's memory at its peak (graph.Analyze's,
-// indexed by graph.Kind) to what one device holds: parameters and optimizer state by their shards,
-// gradients split like the parameters (XLA reduce-scatters them to the parameters' sharding) or
-// whole when parameters are replicated (all-reduced), activations by the batch split; the rest
-// whole.
+// Share is the fraction of the whole step's bytes of kind k that one device holds at the peak:
+// parameters and optimizer state split when sharded, gradients split like the parameters (XLA
+// reduce-scatters them to the parameters' sharding) or whole when parameters are replicated
+// (all-reduced), activations split with the batch, the rest whole. It assumes every sharded tensor
+// has an axis that divides across the devices; DeviceProgram.PerDeviceBreakdown uses the exact
+// shapes of the shards.
+func (d Devices) Share(k ograph.Kind) float64 {
+	if !d.Distributed() {
+		return 1
+	}
+	split := 1 / float64(d.Count)
+	switch {
+	case k == ograph.Activations:
+		return split
+	case k == ograph.OptimizerState && d.Shard != ShardNone:
+		return split
+	case (k == ograph.Parameters || k == ograph.Gradients) && d.Shard == ShardParams:
+		return split
+	}
+	return 1
+}
+
+// PerDeviceBreakdown scales a breakdown of the whole step's memory at its peak (graph.Analyze's)
+// to what one device holds, as Share does but with the exact shares of parameters and optimizer
+// state from the shapes of their shards.
 func (dp *DeviceProgram) PerDeviceBreakdown(whole map[ograph.Kind]int64) map[ograph.Kind]int64 {
 	ratio := func(part, all int64) float64 {
 		if all == 0 {
@@ -137,20 +157,20 @@ func (dp *DeviceProgram) PerDeviceBreakdown(whole map[ograph.Kind]int64) map[ogr
 		}
 		return float64(part) / float64(all)
 	}
-	n := float64(max(dp.Devices.Count, 1))
-	scale := map[ograph.Kind]float64{
-		ograph.Parameters:     ratio(dp.PerDevice.Params, dp.Total.Params),
-		ograph.OptimizerState: ratio(dp.PerDevice.OptimizerState, dp.Total.OptimizerState),
-		ograph.Gradients:      1,
-		ograph.Activations:    1 / n,
-		ograph.Other:          1,
-	}
-	if dp.Devices.Shard == ShardParams {
-		scale[ograph.Gradients] = scale[ograph.Parameters]
-	}
 	out := map[ograph.Kind]int64{}
 	for k, b := range whole {
-		out[k] = int64(float64(b) * scale[k])
+		share := dp.Devices.Share(k)
+		switch k {
+		case ograph.Parameters:
+			share = ratio(dp.PerDevice.Params, dp.Total.Params)
+		case ograph.OptimizerState:
+			share = ratio(dp.PerDevice.OptimizerState, dp.Total.OptimizerState)
+		case ograph.Gradients:
+			if dp.Devices.Shard == ShardParams {
+				share = ratio(dp.PerDevice.Params, dp.Total.Params)
+			}
+		}
+		out[k] = int64(float64(b) * share)
 	}
 	return out
 }

@@ -1,18 +1,25 @@
 package train_test
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
 )
 
-func xlaBackend(t *testing.T) backends.Backend {
+// xlaBackend opens the XLA plugin of $ONEGPU_PJRT_PLUGIN (the CPU plugin has 4 devices), or skips.
+func xlaBackend(t testing.TB) backends.Backend {
 	t.Helper()
 	path := os.Getenv(ograph.EnvPlugin)
 	if path == "" {
@@ -22,42 +29,210 @@ func xlaBackend(t *testing.T) backends.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if backend.NumDevices() < 4 {
+		backend.Finalize()
+		t.Skipf("the plugin has %d devices; these tests need 4", backend.NumDevices())
+	}
 	return backend
 }
 
-func losses(t *testing.T, backend backends.Backend, config train.Config, steps int) []float64 {
+// runLosses trains config from scratch up to step `to` (after resuming from dir, when it holds a
+// checkpoint) and returns the trainer (still open) and the losses of the steps it ran.
+func runLosses(t *testing.T, backend backends.Backend, config train.Config, to int, dir string) (*train.Trainer, []float64) {
 	t.Helper()
 	tr, err := train.New(backend, config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
 	data := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
-	var out []float64
-	for step := range steps {
-		m, err := tr.Step(data.Batch(step))
+	h, err := tr.Run(data, train.RunOptions{Steps: to, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for _, m := range h.Steps {
+		losses = append(losses, m.Loss)
+	}
+	return tr, losses
+}
+
+// float32Config is the tiny GPT (one block) in float32 with remat of MLP and attention, without dropout
+// (random masks differ with the partitioning), a batch of 16 sequences in 2 micro-batches: two
+// sequences per device and micro-batch on 4 devices. One block and two micro-batches keep the
+// unrolled graph, and so its compilations, small.
+func float32Config(t *testing.T) train.Config {
+	c := tinyConfig(t)
+	c.Policy, _ = mixed.ParsePolicy("float32")
+	c.GPT.Dropout = 0
+	c.MicroBatches, c.GPT.MicroBatch = 2, 2
+	c.GPT.Layers = 1
+	return c
+}
+
+func assertClose(t *testing.T, what string, got, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d losses, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		rel := math.Abs(got[i]-want[i]) / math.Abs(want[i])
+		t.Logf("%s: loss %d: %.7f vs %.7f on 1 device (rel. %.1e)", what, i+1, got[i], want[i], rel)
+		if rel > tol || math.IsNaN(got[i]) {
+			t.Errorf("%s: loss %d is %.7f, one device gives %.7f: rel. difference %.2g > %g", what, i+1, got[i], want[i], rel, tol)
+		}
+	}
+}
+
+// state copies every variable's whole value (shards merged) to the host, by name.
+func state(t *testing.T, ctx *context.Context) map[string]*tensors.Tensor {
+	t.Helper()
+	out := map[string]*tensors.Tensor{}
+	for v := range ctx.IterVariables() {
+		value, err := v.Value()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, m.Loss)
+		if out[v.ScopeAndName()], err = value.LocalClone(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return out
 }
 
-func TestDevicesProto(t *testing.T) {
+// TestDevicesMatchOneDevice: the tiny GPT in float32 trained on 4 devices of the XLA CPU plugin
+// gives the losses of one device (same global batch and seed), replicated and with everything
+// sharded; a checkpoint written with everything sharded on 4 devices holds their state bit for
+// bit and resumes on 1 device and on 2 devices with sharded optimizer state, with the one-device
+// losses. (BenchmarkDevices compares every mode over more steps.)
+func TestDevicesMatchOneDevice(t *testing.T) {
 	backend := xlaBackend(t)
 	defer backend.Finalize()
-	config := tinyConfig(t)
-	config.Policy, _ = mixed.ParsePolicy("float32")
-	config.GPT.Dropout = 0
-	want := losses(t, backend, config, 5)
-	for _, shard := range []train.Shard{train.ShardNone, train.ShardOptimizer, train.ShardParams} {
+	const steps = 4
+	config := float32Config(t)
+	ref, want := runLosses(t, backend, config, steps, "")
+	ref.Close()
+
+	c := config
+	c.Devices = train.Devices{Count: 4}
+	tr, got := runLosses(t, backend, c, steps, "")
+	tr.Close()
+	assertClose(t, "4 devices, shard none", got, want, 1e-5)
+
+	// Everything sharded: two steps, a checkpoint, two more steps.
+	dir := t.TempDir()
+	c.Devices = train.Devices{Count: 4, Shard: train.ShardParams}
+	sharded, got := runLosses(t, backend, c, 2, dir)
+	saved := state(t, sharded.Ctx)
+	h, err := sharded.Run(train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3), train.RunOptions{Steps: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range h.Steps {
+		got = append(got, m.Loss)
+	}
+	sharded.Close()
+	assertClose(t, "4 devices, shard params", got, want, 1e-5)
+
+	for _, devices := range []train.Devices{{Count: 1}, {Count: 2, Shard: train.ShardOptimizer}} {
 		c := config
-		c.Devices = train.Devices{Count: 4, Shard: shard}
-		got := losses(t, backend, c, 5)
-		for i := range want {
-			rel := math.Abs(got[i]-want[i]) / math.Abs(want[i])
-			t.Logf("%s step %d: %.7f vs %.7f rel %.2g", shard, i+1, got[i], want[i], rel)
+		c.Devices = devices
+		// Each resume gets its own copy: a run saves its final checkpoint into its folder.
+		copied := t.TempDir()
+		if err := os.CopyFS(copied, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
 		}
+		tr, resumed := runLosses(t, backend, c, steps, copied)
+		tr.Close()
+		assertClose(t, fmt.Sprintf("resumed on %d device(s), shard %s", max(devices.Count, 1), devices.Shard), resumed, want[2:], 1e-5)
+	}
+
+	// The checkpoint holds, bit for bit, what the 4 devices held (shards merged).
+	ctx := context.New()
+	if _, err := checkpoints.Load(ctx).Dir(dir).Immediate().Done(); err != nil {
+		t.Fatal(err)
+	}
+	loaded := state(t, ctx)
+	for name, want := range saved {
+		if got, ok := loaded[name]; !ok || !got.Equal(want) {
+			t.Errorf("variable %s: the checkpoint holds %v, the 4 devices held another value", name, got)
+		}
+	}
+}
+
+// TestDevicesSkipNonFiniteOnAllDevices: a non-finite gradient on one device (a NaN in one example
+// of the batch, which lands on device 2) skips the step on every device: the sharded weights and
+// Adam's moments keep their values bit for bit and the skip is counted.
+func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
+	backend := xlaBackend(t)
+	defer backend.Finalize()
+	p, _ := mixed.ParsePolicy("float32")
+	classifier := models.TutorialClassifier
+	classifier.Dropout = 0
+	config := train.Config{Model: "mlp", Classifier: classifier, Batch: 64, MicroBatches: 2, Policy: p, LossScale: "dynamic",
+		Schedule: train.Schedule{Init: 1e-3, Peak: 1e-3, TransitionSteps: 1, DecayRate: 1}, Seed: 1,
+		Devices: train.Devices{Count: 4, Shard: train.ShardParams}}
+	tr, err := train.New(backend, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	data := train.NewClassifierBatch(config.Batch, classifier.Inputs, classifier.Classes, 5)
+	if _, err := tr.Step(data.Batch(0)); err != nil {
+		t.Fatal(err)
+	}
+	before := state(t, tr.Ctx)
+
+	batch := data.Batch(1)
+	poisoned, err := batch[0].LocalClone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors.MutableFlatData(poisoned, func(x []float32) { x[40*classifier.Inputs+3] = float32(math.NaN()) }) // example 40: device 2
+	if _, err := tr.Step([]*tensors.Tensor{poisoned, batch[1]}); err != nil {
+		t.Fatal(err)
+	}
+	after := state(t, tr.Ctx)
+	skipped := after[mixed.DefaultOptimizerScope+"/"+mixed.SkippedStepsVariable]
+	if skipped == nil || tensors.ToScalar[int64](skipped) != 1 {
+		t.Fatalf("skipped steps = %v, want 1", skipped)
+	}
+	for name, want := range before {
+		if strings.HasPrefix(name, mixed.DefaultOptimizerScope) || strings.Contains(name, "loss_scale") || strings.Contains(name, "#rngState") {
+			continue // the skip's own bookkeeping changes
+		}
+		if !after[name].Equal(want) {
+			t.Errorf("%s changed in a step with a NaN gradient on one device", name)
+		}
+	}
+}
+
+// TestDevicesRefuseWhatCannotSplit: bad device settings are errors that name the fix, before any
+// work.
+func TestDevicesRefuseWhatCannotSplit(t *testing.T) {
+	base := float32Config(t)
+	for _, tc := range []struct {
+		devices train.Devices
+		batch   int
+		want    string
+	}{
+		{train.Devices{Count: 3}, 16, "does not split across 3 devices"},
+		{train.Devices{Count: 4}, 12, "each device gets 3 examples of the batch of 12, which do not split into 2 micro-batches"},
+		{train.Devices{Count: 1, Shard: train.ShardParams}, 16, "--shard params needs several devices"},
+	} {
+		c := base
+		c.Devices, c.Batch = tc.devices, tc.batch
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v, batch %d: error %v, want one saying %q", tc.devices, tc.batch, err, tc.want)
+		}
+	}
+	c := base
+	c.Devices = train.Devices{Count: 2}
+	_, err := train.New(embedded(), c)
+	if err == nil || !strings.Contains(err.Error(), "XLA PJRT plugin") {
+		t.Errorf("2 devices on the embedded backend: error %v, want one that says to use an XLA PJRT plugin", err)
+	}
+	if _, err := train.ParseShard("zero3"); err == nil || !strings.Contains(err.Error(), "none") {
+		t.Errorf("ParseShard(zero3) = %v, want an error listing the modes", err)
 	}
 }

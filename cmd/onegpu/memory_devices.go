@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )

@@ -182,11 +182,15 @@ func modelTitle(c train.Config) string {
 
 // describe is a one-line description of a config.
 func describe(c train.Config) string {
-	if c.Model == "mlp" {
-		return fmt.Sprintf("tutorial MLP (128 -> 256 -> 100), batch %d in %s, policy %s", c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy)
+	devices := ""
+	if c.Devices.Distributed() {
+		devices = fmt.Sprintf(", on %d devices (batch split, shard %s)", c.Devices.Count, c.Devices.Shard)
 	}
-	return fmt.Sprintf("GPT %d layers × hidden %d (%s params), batch %d×%d tokens in %s, policy %s, remat %s",
-		c.GPT.Layers, c.GPT.Hidden, groupDigits(c.GPT.Params()), c.Batch, c.GPT.SeqLen, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat)
+	if c.Model == "mlp" {
+		return fmt.Sprintf("tutorial MLP (128 -> 256 -> 100), batch %d in %s, policy %s%s", c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy, devices)
+	}
+	return fmt.Sprintf("GPT %d layers × hidden %d (%s params), batch %d×%d tokens in %s, policy %s, remat %s%s",
+		c.GPT.Layers, c.GPT.Hidden, groupDigits(c.GPT.Params()), c.Batch, c.GPT.SeqLen, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat, devices)
 }
 
 // plural writes "1 micro-batch" or "4 micro-batches".
