@@ -25,7 +25,7 @@ var (
 //
 //	go test ./train -run '^$' -bench Devices -benchtime 5x -args -devices.preset small
 func BenchmarkDevices(b *testing.B) {
-	backend := xlaBackend(b)
+	backend := fourDevices(b)
 	defer backend.Finalize()
 	preset, err := models.Preset(*benchPreset)
 	if err != nil {

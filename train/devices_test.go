@@ -18,7 +18,7 @@ import (
 	"github.com/onegpu/onegpu/train"
 )
 
-// xlaBackend opens the XLA plugin of $ONEGPU_PJRT_PLUGIN (the CPU plugin has 4 devices), or skips.
+// xlaBackend opens the XLA plugin of $ONEGPU_PJRT_PLUGIN, or skips.
 func xlaBackend(t testing.TB) backends.Backend {
 	t.Helper()
 	path := os.Getenv(ograph.EnvPlugin)
@@ -29,9 +29,17 @@ func xlaBackend(t testing.TB) backends.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return backend
+}
+
+// fourDevices opens the XLA plugin, which must have at least 4 devices (the CPU plugin has), or
+// skips.
+func fourDevices(t testing.TB) backends.Backend {
+	t.Helper()
+	backend := xlaBackend(t)
 	if backend.NumDevices() < 4 {
 		backend.Finalize()
-		t.Skipf("the plugin has %d devices; these tests need 4", backend.NumDevices())
+		t.Skipf("the plugin has %d devices; this needs 4", backend.NumDevices())
 	}
 	return backend
 }
@@ -105,7 +113,7 @@ func state(t *testing.T, ctx *context.Context) map[string]*tensors.Tensor {
 // bit and resumes on 1 device and on 2 devices with sharded optimizer state, with the one-device
 // losses. (BenchmarkDevices compares every mode over more steps.)
 func TestDevicesMatchOneDevice(t *testing.T) {
-	backend := xlaBackend(t)
+	backend := fourDevices(t)
 	defer backend.Finalize()
 	const steps = 4
 	config := float32Config(t)
@@ -163,7 +171,7 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 // of the batch, which lands on device 2) skips the step on every device: the sharded weights and
 // Adam's moments keep their values bit for bit and the skip is counted.
 func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
-	backend := xlaBackend(t)
+	backend := fourDevices(t)
 	defer backend.Finalize()
 	p, _ := mixed.ParsePolicy("float32")
 	classifier := models.TutorialClassifier

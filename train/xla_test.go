@@ -1,7 +1,6 @@
 package train_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -37,14 +36,7 @@ func xlaTemporaryBytes(t *testing.T, backend backends.Backend, config train.Conf
 // subexpression elimination would), so remat lowers its temporary memory; and it does not
 // interleave the micro-batches, so 4 of them need far less than one big batch.
 func TestXLAKeepsRematAndSerialization(t *testing.T) {
-	path := os.Getenv(ograph.EnvPlugin)
-	if path == "" {
-		t.Skipf("needs an XLA PJRT plugin: set $%s (pip install lammps-jax-pjrt-cpu)", ograph.EnvPlugin)
-	}
-	backend, err := ograph.NewBackend("xla:" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	backend := xlaBackend(t)
 	defer backend.Finalize()
 	base := tinyConfig(t)
 	base.GPT = models.Presets["small"]
