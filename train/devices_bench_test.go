@@ -55,7 +55,10 @@ func BenchmarkDevices(b *testing.B) {
 				b.Fatal(err)
 			}
 			dp.Program.Graph.Finalize()
-			data := train.NewSyntheticTokens(config.Batch, preset.SeqLen, preset.Vocab, 3)
+			data, err := train.NewSyntheticTokens(config.Batch, preset.SeqLen, preset.Vocab, 3)
+			if err != nil {
+				b.Fatal(err)
+			}
 			var losses []float64
 			step := func() {
 				m, err := tr.Step(data.Batch(len(losses)))

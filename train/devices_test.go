@@ -15,6 +15,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -52,7 +53,10 @@ func runLosses(t *testing.T, backend backends.Backend, config train.Config, to i
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := tr.Run(data, train.RunOptions{Steps: to, CheckpointDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +135,11 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 	c.Devices = train.Devices{Count: 4, Shard: train.ShardParams}
 	sharded, got := runLosses(t, backend, c, 2, dir)
 	saved := state(t, sharded.Ctx)
-	h, err := sharded.Run(train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3), train.RunOptions{Steps: steps})
+	data, err := train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := sharded.Run(data, train.RunOptions{Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +192,10 @@ func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	data := train.NewClassifierBatch(config.Batch, classifier.Inputs, classifier.Classes, 5)
+	data, err := train.NewClassifierBatch(config.Batch, classifier.Inputs, classifier.Classes, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := tr.Step(data.Batch(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +211,12 @@ func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := state(t, tr.Ctx)
-	skipped := after[mixed.DefaultOptimizerScope+"/"+mixed.SkippedStepsVariable]
+	skipped := after[optim.DefaultScope+"/"+optim.SkippedStepsVariable]
 	if skipped == nil || tensors.ToScalar[int64](skipped) != 1 {
 		t.Fatalf("skipped steps = %v, want 1", skipped)
 	}
 	for name, want := range before {
-		if strings.HasPrefix(name, mixed.DefaultOptimizerScope) || strings.Contains(name, "loss_scale") || strings.Contains(name, "#rngState") {
+		if strings.HasPrefix(name, optim.DefaultScope) || strings.Contains(name, "loss_scale") || strings.Contains(name, "#rngState") {
 			continue // the skip's own bookkeeping changes
 		}
 		if !after[name].Equal(want) {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 
-
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )
