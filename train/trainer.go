@@ -42,6 +42,9 @@ type Config struct {
 	// LossScale is "none", "dynamic" or "static=N" (see ParseLossScale).
 	LossScale string
 	Schedule  Schedule
+	// Optimizer is "adam" (the default, also for "") or "adam8bit": Adam with block-wise 8-bit
+	// moments (optim.Adam8bit), a quarter of the state; both with the tutorial's betas and epsilon.
+	Optimizer string
 	// Seed fixes the initial weights, the dropout masks and the data.
 	Seed uint64
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
@@ -87,6 +90,9 @@ func (c Config) ValidateTraining() error {
 	}
 	if _, err := ParseLossScale(c.LossScale); err != nil {
 		return err
+	}
+	if c.Optimizer != "" && c.Optimizer != OptimizerAdam && c.Optimizer != OptimizerAdam8bit {
+		return fmt.Errorf("unknown optimizer %q: use %s or %s", c.Optimizer, OptimizerAdam, OptimizerAdam8bit)
 	}
 	if err := c.Devices.validate(c.Batch, c.MicroBatches); err != nil {
 		return err
@@ -224,11 +230,24 @@ const (
 	AdamEpsilon = 1e-8
 )
 
+// Values of Config.Optimizer.
+const (
+	OptimizerAdam     = "adam"
+	OptimizerAdam8bit = "adam8bit"
+)
+
 // Chain returns the step's gradient chain: MicroBatches, then LossScale when the config has one,
-// then Adam.
+// then Adam (or 8-bit Adam).
 func (t *Trainer) Chain() (*optim.Chain, error) {
 	c := t.Config
 	adam := optimizers.Adam().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
+	switch c.Optimizer {
+	case "", OptimizerAdam:
+	case OptimizerAdam8bit:
+		adam = optim.Adam8bit().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
+	default:
+		return nil, fmt.Errorf("unknown optimizer %q: use %s or %s", c.Optimizer, OptimizerAdam, OptimizerAdam8bit)
+	}
 	links := []optim.Transform{optim.MicroBatches(c.MicroBatches)}
 	scale, err := ParseLossScale(c.LossScale)
 	if err != nil {

@@ -69,6 +69,7 @@ type memoryReport struct {
 	Model         string           `json:"model"`
 	Policy        string           `json:"policy"`
 	Remat         string           `json:"remat"`
+	Optimizer     string           `json:"optimizer"`
 	MicroBatches  int              `json:"microbatches"`
 	Batch         int              `json:"batch"`
 	Gradients     string           `json:"gradients"`
@@ -147,7 +148,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	r := &memoryReport{
+	r := &memoryReport{Optimizer: config.Optimizer,
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
@@ -219,7 +220,7 @@ type compiledJSON struct {
 }
 
 func (r *memoryReport) writeText(w io.Writer) {
-	fmt.Fprintf(w, "train step (Adam) of the %s; %s gradient rules\n", r.Model, r.Gradients)
+	fmt.Fprintf(w, "train step (%s) of the %s; %s gradient rules\n", r.Optimizer, r.Model, r.Gradients)
 	fmt.Fprintf(w, "backend %s\n", r.Backend)
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))

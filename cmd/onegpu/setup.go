@@ -27,7 +27,7 @@ type setup struct {
 	batch, microBatches                                           int
 	learningRate, dropout                                         float64
 	devices                                                       int
-	shard                                                         string
+	shard, optimizer                                              string
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
 	fs                                                            *flag.FlagSet
@@ -44,6 +44,7 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.IntVar(&s.microBatches, "microbatches", 0, "micro-batches per batch, accumulated in one step; at least 1 and dividing the batch (default: the preset's, 1 for mlp)")
 	fs.Float64Var(&s.dropout, "dropout", 0, "dropout rate while training, in [0, 1); 0 makes runs with different micro-batches comparable (default: the model's, 0.1 for the GPT presets and the MLP)")
 	fs.StringVar(&s.lossScale, "loss-scale", "none", "loss scaling: none, dynamic or static=N")
+	fs.StringVar(&s.optimizer, "optimizer", "adam", "optimizer: adam, or adam8bit (Adam with block-wise 8-bit moments: a quarter of the state)")
 	fs.Uint64Var(&s.seed, "seed", 42, "seed of the initial weights, dropout and data")
 	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the warm-up/exponential-decay schedule, positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
@@ -101,7 +102,7 @@ func (s *setup) config() (train.Config, error) {
 		}
 		return c, err
 	}
-	c.LossScale, c.Seed = s.lossScale, s.seed
+	c.LossScale, c.Seed, c.Optimizer = s.lossScale, s.seed, s.optimizer
 	policy, rematSpec := c.Policy.String(), c.Remat.String()
 	if s.policy != "" {
 		policy = s.policy

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// TestMemoryAdam8bit: on the small GPT, 8-bit Adam's state at the peak is about a quarter of
+// Adam's (2 bytes per element of the quantized tensors plus float32 scales and small tensors,
+// against two float32 moments).
+func TestMemoryAdam8bit(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	report := func(args ...string) memoryReport {
+		var out bytes.Buffer
+		if err := runMemory(append([]string{"--model", "gpt", "--preset", "small", "--json"}, args...), &out); err != nil {
+			t.Fatal(err)
+		}
+		var r memoryReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	adam, eight := report(), report("--optimizer", "adam8bit")
+	state := func(r memoryReport) int64 { return r.Breakdown["optimizer_state"] }
+	if want := 2 * 4 * adam.Params; state(adam) < want || state(adam) > want+1024 {
+		t.Fatalf("Adam's optimizer state at the peak is %d bytes, want two float32 moments: %d", state(adam), want)
+	}
+	if ratio := float64(state(eight)) / float64(state(adam)); ratio < 0.25 || ratio > 0.27 {
+		t.Errorf("8-bit Adam's state is %.3fx Adam's (%d vs %d bytes), want 0.25-0.27x", ratio, state(eight), state(adam))
+	}
+	if eight.Optimizer != "adam8bit" || eight.PeakBytes >= adam.PeakBytes {
+		t.Errorf("8-bit Adam: optimizer %q, peak %d bytes vs Adam's %d", eight.Optimizer, eight.PeakBytes, adam.PeakBytes)
+	}
+}
