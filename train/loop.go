@@ -1,12 +1,13 @@
 package train
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
-
-	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 )
 
 // RunOptions configure Run.
@@ -17,10 +18,16 @@ type RunOptions struct {
 	// rate; nil prints nothing.
 	Progress io.Writer
 	LogEvery int
-	// CheckpointDir, when set, is loaded before training if it holds a checkpoint (resuming
-	// exactly where it stopped) and saved every SaveEvery steps and at the end.
+	// Checkpoints, when set, is a folder opened with OpenCheckpoints: Run resumes from it, saves
+	// every SaveEvery steps and at the end, and leaves it open. CheckpointDir is the simple form:
+	// Run opens the folder (keeping Keep checkpoints, default 2) and closes it.
+	Checkpoints   *Checkpoints
 	CheckpointDir string
+	Keep          int
 	SaveEvery     int
+	// Stop, when closed, ends the run after the current step: Run saves and returns an
+	// *InterruptedError.
+	Stop <-chan struct{}
 }
 
 // History is the record of a run.
@@ -37,18 +44,64 @@ type History struct {
 	TokensPerSecond float64 `json:"tokens_per_second"`
 }
 
-// Run trains up to opts.Steps global steps on data and returns what happened. Interrupted runs
-// resume bit-exactly from their checkpoint: the batches depend only on the step, and the weights,
-// optimizer state, loss scale and random state are all saved.
+// InterruptedError is returned by Run when RunOptions.Stop was closed.
+type InterruptedError struct {
+	Step  int
+	Saved bool // a checkpoint of Step was written
+}
+
+func (e *InterruptedError) Error() string {
+	if e.Saved {
+		return fmt.Sprintf("interrupted at step %d, saved", e.Step)
+	}
+	return fmt.Sprintf("interrupted at step %d, not saved (no checkpoint folder)", e.Step)
+}
+
+// DivergedError is returned by Run when a step's loss or a saved value is not finite: the run
+// stops without saving, so the folder keeps its last finite checkpoint.
+type DivergedError struct {
+	Step      int
+	Reason    string
+	LastSaved int // the step of the newest checkpoint, -1 when there is none
+}
+
+func (e *DivergedError) Error() string {
+	kept := "no checkpoint was written"
+	if e.LastSaved >= 0 {
+		kept = fmt.Sprintf("the checkpoint of step %d is kept", e.LastSaved)
+	}
+	return fmt.Sprintf("the run diverged at step %d (%s) and stopped without saving; %s: lower --lr or add --loss-scale dynamic",
+		e.Step, e.Reason, kept)
+}
+
+// Run trains up to opts.Steps global steps on data and returns what happened (the history so far
+// also when it fails). Interrupted runs resume bit-exactly from their checkpoint: the batches depend
+// only on the step, and the weights, optimizer state, loss scale and random state are all saved.
+// A step whose loss is not finite, or whose weights or optimizer state are not finite at a save,
+// stops the run with a *DivergedError before anything is saved.
 func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
-	var handler *checkpoints.Handler
-	if opts.CheckpointDir != "" {
+	store := opts.Checkpoints
+	if store == nil && opts.CheckpointDir != "" {
 		var err error
-		if handler, err = checkpoints.Build(t.Ctx).Dir(opts.CheckpointDir).Keep(2).Done(); err != nil {
-			return nil, fmt.Errorf("checkpoint folder %q: %w", opts.CheckpointDir, err)
+		if store, err = OpenCheckpoints(opts.CheckpointDir, t.Config, cmp.Or(opts.Keep, 2)); err != nil {
+			return nil, err
+		}
+		defer store.Close()
+	}
+	h := &History{}
+	lastSaved := -1
+	if store != nil {
+		if len(store.Skipped) > 0 && opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "skipped damaged or partial checkpoints in %s:\n  %s\n", store.Dir(), strings.Join(store.Skipped, "\n  "))
+		}
+		var err error
+		if h.Resumed, err = store.Restore(t.Ctx); err != nil {
+			return nil, err
+		}
+		if store.ResumeFrom != "" {
+			lastSaved = h.Resumed
 		}
 	}
-	h := &History{Resumed: t.GlobalStep()}
 	if h.Resumed > 0 {
 		// The checkpoint created the variables already: the step's graph finds them instead.
 		t.Ctx = t.Ctx.Checked(false)
@@ -58,13 +111,54 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 	}
 	if opts.Progress != nil {
 		if h.Resumed > 0 {
-			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, opts.CheckpointDir)
+			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, store.Dir())
 		}
 		fmt.Fprintf(opts.Progress, "training on %s\n", data.Describe())
+	}
+	// A checkpoint is staged after its step and committed once the next step's loss is finite
+	// (or the run ends), so that diverging weights never replace good checkpoints.
+	stage := func(step int) error {
+		if store == nil || step == lastSaved || step == store.Pending() {
+			return nil
+		}
+		if err := store.Stage(t.Ctx, step); err != nil {
+			var nonFinite *NonFiniteError
+			if errors.As(err, &nonFinite) {
+				return &DivergedError{Step: step, Reason: nonFinite.Error(), LastSaved: lastSaved}
+			}
+			return err
+		}
+		return nil
+	}
+	commit := func() error {
+		if store == nil || store.Pending() < 0 {
+			return nil
+		}
+		step := store.Pending()
+		if err := store.Commit(); err != nil {
+			return err
+		}
+		lastSaved = step
+		return nil
+	}
+	save := func(step int) error {
+		if err := stage(step); err != nil {
+			return err
+		}
+		return commit()
 	}
 	var steady time.Duration
 	var steadyCount float64
 	for step := h.Resumed; step < opts.Steps; step++ {
+		select {
+		case <-opts.Stop:
+			err := save(step)
+			if err != nil {
+				return h, err
+			}
+			return h, &InterruptedError{Step: step, Saved: store != nil}
+		default:
+		}
 		start := time.Now()
 		m, err := t.Step(data.Batch(step))
 		if err != nil {
@@ -81,9 +175,20 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
 			t.logStep(opts.Progress, m, opts.Steps, elapsed, step == h.Resumed)
 		}
-		if handler != nil && opts.SaveEvery > 0 && m.Step%opts.SaveEvery == 0 {
-			if err := handler.Save(); err != nil {
-				return h, fmt.Errorf("saving checkpoint at step %d: %w", m.Step, err)
+		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
+			if store != nil {
+				if err := store.Discard(); err != nil {
+					return h, err
+				}
+			}
+			return h, &DivergedError{Step: m.Step, Reason: fmt.Sprintf("loss %g", m.Loss), LastSaved: lastSaved}
+		}
+		if err := commit(); err != nil {
+			return h, err
+		}
+		if opts.SaveEvery > 0 && m.Step%opts.SaveEvery == 0 {
+			if err := stage(m.Step); err != nil {
+				return h, err
 			}
 		}
 	}
@@ -91,9 +196,9 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		h.StepSeconds = steady.Seconds() / float64(n)
 		h.TokensPerSecond = steadyCount / steady.Seconds()
 	}
-	if handler != nil && len(h.Steps) > 0 {
-		if err := handler.Save(); err != nil {
-			return h, fmt.Errorf("saving the final checkpoint: %w", err)
+	if len(h.Steps) > 0 {
+		if err := save(h.Steps[len(h.Steps)-1].Step); err != nil {
+			return h, err
 		}
 	}
 	return h, nil

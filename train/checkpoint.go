@@ -1,0 +1,510 @@
+package train
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
+)
+
+// Checkpoints is a checkpoint folder held by one run: crash-safe saves, a check of what is there
+// before anything is loaded, and pruning that never loses the last whole checkpoint.
+//
+// GoMLX's checkpoints.Handler writes the bytes (its format, so GoMLX's tools read the folder), but
+// it writes in place, never syncs and loads whatever is newest. So onegpu has the handler write into
+// a staging folder inside the checkpoint folder, syncs the files, records their SHA-256 and the
+// config that wrote them in a manifest (<name>.onegpu), and renames manifest, data (.bin) and
+// finally metadata (.json) into place: a checkpoint exists once its .json does, whole, or not at
+// all. On open, checkpoints are checked newest first (manifest, checksums, sizes, finite values);
+// a damaged one is reported and skipped.
+//
+// The folder is locked for as long as the Checkpoints is open (an flock on <dir>/onegpu.lock, which
+// the kernel drops when the process dies, so a crashed run never blocks the next).
+type Checkpoints struct {
+	dir     string
+	keep    int
+	lock    *folderLock
+	record  WrittenBy
+	staging string
+	saver   *checkpoints.Handler
+
+	// Skipped describes each damaged or partial checkpoint newer than the one resumed from.
+	Skipped []string
+	// ResumeFrom is the base name of the newest whole checkpoint ("" for an empty folder), and
+	// ResumeStep its global step.
+	ResumeFrom string
+	ResumeStep int
+
+	whole []string // base names of whole checkpoints, oldest first
+	next  int      // counter of the next checkpoint's name, past every name in the folder
+
+	pending     string // staged checkpoint's path without suffix, "" when none
+	pendingStep int
+}
+
+const (
+	manifestSuffix = ".onegpu"
+	stagingName    = ".onegpu-staging"
+	manifestFormat = 1
+)
+
+// manifest is the <name>.onegpu file of a checkpoint.
+type manifest struct {
+	Format    int       `json:"format"`
+	Step      int       `json:"step"`
+	Saved     time.Time `json:"saved"`
+	WrittenBy WrittenBy `json:"written_by"`
+	JSONSHA   string    `json:"json_sha256"`
+	BinSHA    string    `json:"bin_sha256"`
+	BinBytes  int64     `json:"bin_bytes"`
+}
+
+// checkpointName matches the names GoMLX gives checkpoints: checkpoint-n<counter>-<time>-step-<step>.
+var checkpointName = regexp.MustCompile(`^checkpoint-n(\d+)-`)
+
+// OpenCheckpoints locks dir (creating it if needed) for a run of config, finds the newest whole
+// checkpoint and compares the config it records with config. It returns an error, having changed
+// nothing in the folder, when the folder is locked by another process, not writable, holds a run
+// of another config, holds checkpoints none of which is whole, or holds non-finite values. keep
+// (at least 1) is the number of whole checkpoints Save keeps.
+func OpenCheckpoints(dir string, config Config, keep int) (*Checkpoints, error) {
+	if keep < 1 {
+		return nil, fmt.Errorf("keep %d checkpoints: keep at least 1", keep)
+	}
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return nil, fmt.Errorf("checkpoint folder: %w", err)
+	}
+	lock, err := lockFolder(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoints{dir: dir, keep: keep, lock: lock, record: Record(config), staging: filepath.Join(dir, stagingName)}
+	if err := c.scan(); err != nil {
+		lock.release()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Dir is the checkpoint folder.
+func (c *Checkpoints) Dir() string { return c.dir }
+
+// Close releases the folder's lock.
+func (c *Checkpoints) Close() {
+	if c.lock != nil {
+		c.lock.release()
+		c.lock = nil
+	}
+}
+
+// bases returns the checkpoint base names in dir that have a .json (committed), in save order.
+func (c *Checkpoints) bases() ([]string, error) {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint folder: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() && checkpointName.MatchString(name) {
+			c.next = max(c.next, counter(name)+1)
+			if base, ok := strings.CutSuffix(name, checkpoints.JsonNameSuffix); ok {
+				names = append(names, base)
+			}
+		}
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if ci, cj := counter(names[i]), counter(names[j]); ci != cj {
+			return ci < cj
+		}
+		return names[i] < names[j]
+	})
+	return names, nil
+}
+
+func counter(name string) int {
+	m := checkpointName.FindStringSubmatch(name)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// scan finds the newest whole checkpoint and checks its config and values.
+func (c *Checkpoints) scan() error {
+	names, err := c.bases()
+	if err != nil {
+		return err
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		m, err := c.verify(names[i])
+		if err != nil {
+			var nonFinite *NonFiniteError
+			if errors.As(err, &nonFinite) {
+				return fmt.Errorf("checkpoint %s in %s: %w; move it out of the folder to resume from an earlier one", names[i], c.dir, err)
+			}
+			c.Skipped = append(c.Skipped, fmt.Sprintf("%s: %v", names[i], err))
+			continue
+		}
+		if diffs := m.WrittenBy.Differences(c.record); len(diffs) > 0 {
+			return &ConfigMismatchError{Dir: c.dir, Differences: diffs}
+		}
+		c.ResumeFrom, c.ResumeStep = names[i], m.Step
+		c.whole = []string{names[i]}
+		for _, older := range names[:i] {
+			if _, err := c.verify(older); err == nil {
+				c.whole = append(c.whole, older)
+			}
+		}
+		sort.Slice(c.whole, func(a, b int) bool { return counter(c.whole[a]) < counter(c.whole[b]) })
+		break
+	}
+	if len(names) > 0 && c.ResumeFrom == "" {
+		return fmt.Errorf("checkpoint folder %s holds %d checkpoints and none is whole (nothing was loaded or deleted):\n  %s\n"+
+			"move them away or use another --checkpoint folder", c.dir, len(names), strings.Join(c.Skipped, "\n  "))
+	}
+	return nil
+}
+
+// verify checks one checkpoint: manifest, checksums, sizes and finite values.
+func (c *Checkpoints) verify(base string) (*manifest, error) {
+	m, jsonBytes, bin, err := c.read(base)
+	if err != nil {
+		return nil, err
+	}
+	var meta struct {
+		Variables []struct {
+			ParameterName string
+			Dimensions    []int
+			DType         dtypes.DType
+			Pos, Length   int
+		}
+		BinFormat string
+	}
+	if err := json.Unmarshal(jsonBytes, &meta); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	if meta.BinFormat != checkpoints.BinUncompressed.String() {
+		return nil, fmt.Errorf("data format %q, want %q", meta.BinFormat, checkpoints.BinUncompressed)
+	}
+	pos := 0
+	for _, v := range meta.Variables {
+		size := v.DType.SizeForDimensions(v.Dimensions...)
+		if v.Pos != pos || v.Length != size || pos+size > len(bin) {
+			return nil, fmt.Errorf("variable %s: %d bytes at %d do not fit the %d-byte data", v.ParameterName, v.Length, v.Pos, len(bin))
+		}
+		if i := firstNonFinite(v.DType, bin[pos:pos+size]); i >= 0 {
+			return nil, &NonFiniteError{Step: m.Step, Variable: v.ParameterName, Index: i}
+		}
+		pos += size
+	}
+	if pos != len(bin) {
+		return nil, fmt.Errorf("data holds %d bytes, the variables %d", len(bin), pos)
+	}
+	return m, nil
+}
+
+// read reads a checkpoint's three files and checks them against the manifest's checksums.
+func (c *Checkpoints) read(base string) (m *manifest, jsonBytes, bin []byte, err error) {
+	path := filepath.Join(c.dir, base)
+	raw, err := os.ReadFile(path + manifestSuffix)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("no manifest (not written whole by onegpu): %w", err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil || m.Format != manifestFormat {
+		return nil, nil, nil, fmt.Errorf("manifest %s%s is damaged", base, manifestSuffix)
+	}
+	if jsonBytes, err = os.ReadFile(path + checkpoints.JsonNameSuffix); err != nil {
+		return nil, nil, nil, err
+	}
+	if bin, err = os.ReadFile(path + checkpoints.BinDataSuffix); err != nil {
+		return nil, nil, nil, err
+	}
+	if sum(jsonBytes) != m.JSONSHA {
+		return nil, nil, nil, fmt.Errorf("metadata (%d bytes) does not match its checksum: damaged or partial", len(jsonBytes))
+	}
+	if int64(len(bin)) != m.BinBytes || sum(bin) != m.BinSHA {
+		return nil, nil, nil, fmt.Errorf("data (%d bytes, %d written) does not match its checksum: damaged or partial", len(bin), m.BinBytes)
+	}
+	return m, jsonBytes, bin, nil
+}
+
+func sum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// Restore loads the newest whole checkpoint into ctx (through GoMLX's handler, variables are set
+// as the step's graph asks for them) and returns its step; 0 and no change for an empty folder.
+func (c *Checkpoints) Restore(ctx *context.Context) (int, error) {
+	if c.ResumeFrom == "" {
+		return 0, nil
+	}
+	_, jsonBytes, bin, err := c.read(c.ResumeFrom)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint %s changed since it was checked: %w", c.ResumeFrom, err)
+	}
+	if _, err := checkpoints.Build(ctx).FromEmbed(string(jsonBytes), bin).Done(); err != nil {
+		return 0, fmt.Errorf("loading checkpoint %s: %w", c.ResumeFrom, err)
+	}
+	return c.ResumeStep, nil
+}
+
+// Save writes ctx's variables as the checkpoint of step, crash-safely: Stage then Commit.
+func (c *Checkpoints) Save(ctx *context.Context, step int) error {
+	if err := c.Stage(ctx, step); err != nil {
+		return err
+	}
+	return c.Commit()
+}
+
+// Stage writes ctx's variables as the checkpoint of step into the staging folder and syncs them;
+// it is not a checkpoint until Commit. It refuses, writing nothing, when a value is not finite (a
+// *NonFiniteError). Staging a step before the next one runs and committing it only once the next
+// step's loss is finite keeps weights that are finite but already diverging (the loss turns NaN
+// one step later) out of the folder.
+func (c *Checkpoints) Stage(ctx *context.Context, step int) error {
+	if err := checkFinite(ctx, step); err != nil {
+		return err
+	}
+	if err := c.Discard(); err != nil {
+		return err
+	}
+	if c.saver == nil {
+		// The staging folder is this run's alone (the folder is locked): clear what a crash left.
+		if err := os.RemoveAll(c.staging); err != nil {
+			return fmt.Errorf("clearing %s: %w", c.staging, err)
+		}
+		saver, err := checkpoints.Build(ctx).Dir(c.staging).Keep(-1).WithCompression(checkpoints.BinUncompressed).Done()
+		if err != nil {
+			return fmt.Errorf("checkpoint folder %s: %w", c.dir, err)
+		}
+		c.saver = saver
+	}
+	if err := c.saver.Save(); err != nil {
+		return fmt.Errorf("saving checkpoint of step %d: %w", step, err)
+	}
+	staged, err := c.saver.ListCheckpoints()
+	if err != nil || len(staged) != 1 {
+		return fmt.Errorf("saving checkpoint of step %d: the staging folder %s holds %d checkpoints, want 1 (%v)", step, c.staging, len(staged), err)
+	}
+	from := filepath.Join(c.staging, staged[0])
+	jsonBytes, err := syncAndRead(from + checkpoints.JsonNameSuffix)
+	if err != nil {
+		return err
+	}
+	bin, err := syncAndRead(from + checkpoints.BinDataSuffix)
+	if err != nil {
+		return err
+	}
+	m := manifest{Format: manifestFormat, Step: step, Saved: time.Now().UTC(), WrittenBy: c.record,
+		JSONSHA: sum(jsonBytes), BinSHA: sum(bin), BinBytes: int64(len(bin))}
+	raw, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeSynced(from+manifestSuffix, raw); err != nil {
+		return err
+	}
+	c.pending, c.pendingStep = from, step
+	return nil
+}
+
+// Pending returns the step of the staged checkpoint waiting for Commit, or -1.
+func (c *Checkpoints) Pending() int {
+	if c.pending == "" {
+		return -1
+	}
+	return c.pendingStep
+}
+
+// Discard deletes the staged checkpoint, if any.
+func (c *Checkpoints) Discard() error {
+	if c.pending == "" {
+		return nil
+	}
+	for _, suffix := range []string{checkpoints.JsonNameSuffix, checkpoints.BinDataSuffix, manifestSuffix} {
+		if err := os.Remove(c.pending + suffix); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	c.pending = ""
+	return nil
+}
+
+// Commit renames the staged checkpoint into the folder — manifest, data, then the .json that
+// makes it a checkpoint, syncing the folder in between — and prunes old ones. Without a staged
+// checkpoint it does nothing.
+func (c *Checkpoints) Commit() error {
+	if c.pending == "" {
+		return nil
+	}
+	base := fmt.Sprintf("checkpoint-n%07d-%s-step-%08d", c.next, time.Now().Format("20060102-150405"), c.pendingStep)
+	to := filepath.Join(c.dir, base)
+	for _, suffix := range []string{manifestSuffix, checkpoints.BinDataSuffix, checkpoints.JsonNameSuffix} {
+		if suffix == checkpoints.JsonNameSuffix {
+			// The manifest and the data must be durable in the folder before the .json commits them.
+			if err := syncDir(c.dir); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(c.pending+suffix, to+suffix); err != nil {
+			return fmt.Errorf("saving checkpoint of step %d: %w", c.pendingStep, err)
+		}
+	}
+	if err := syncDir(c.dir); err != nil {
+		return err
+	}
+	c.pending = ""
+	c.next++
+	c.whole = append(c.whole, base)
+	return c.prune()
+}
+
+// prune deletes whole checkpoints beyond the newest keep and any checkpoint file older than the
+// oldest one kept. The newest whole checkpoint is always kept.
+func (c *Checkpoints) prune() error {
+	if len(c.whole) <= c.keep {
+		return nil
+	}
+	c.whole = c.whole[len(c.whole)-c.keep:]
+	oldest := counter(c.whole[0])
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return err
+	}
+	// Delete each old checkpoint's .json first, so that it stops being a checkpoint before its
+	// data goes.
+	sort.Slice(entries, func(i, j int) bool {
+		return strings.HasSuffix(entries[i].Name(), checkpoints.JsonNameSuffix) && !strings.HasSuffix(entries[j].Name(), checkpoints.JsonNameSuffix)
+	})
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && checkpointName.MatchString(name) && counter(name) < oldest {
+			if err := os.Remove(filepath.Join(c.dir, name)); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("removing old checkpoint file: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func syncAndRead(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(f)
+}
+
+func writeSynced(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// NonFiniteError reports a NaN or infinite value in a variable, at a save or in a checkpoint.
+type NonFiniteError struct {
+	Step     int
+	Variable string
+	Index    int // flat index of the first non-finite element
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("step %d: %s holds a non-finite value (element %d)", e.Step, e.Variable, e.Index)
+}
+
+// checkFinite returns a *NonFiniteError for the first float variable of ctx with a NaN or Inf.
+func checkFinite(ctx *context.Context, step int) error {
+	var found error
+	ctx.EnumerateVariables(func(v *context.Variable) {
+		if found != nil || !v.HasValue() || !v.Shape().DType.IsFloat() {
+			return
+		}
+		err := v.MustValue().ConstBytes(func(data []byte) {
+			if i := firstNonFinite(v.Shape().DType, data); i >= 0 {
+				found = &NonFiniteError{Step: step, Variable: v.ParameterName(), Index: i}
+			}
+		})
+		if err != nil && found == nil {
+			found = err
+		}
+	})
+	return found
+}
+
+// firstNonFinite returns the index of the first NaN or Inf in raw little-endian data of dtype, or
+// -1. Types other than floats are always finite.
+func firstNonFinite(dtype dtypes.DType, data []byte) int {
+	le16 := func(i int) uint16 { return uint16(data[2*i]) | uint16(data[2*i+1])<<8 }
+	switch dtype {
+	case dtypes.Float32:
+		for i := range len(data) / 4 {
+			b := data[4*i:]
+			f := math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return i
+			}
+		}
+	case dtypes.Float64:
+		for i := range len(data) / 8 {
+			var u uint64
+			for k := 7; k >= 0; k-- {
+				u = u<<8 | uint64(data[8*i+k])
+			}
+			if f := math.Float64frombits(u); math.IsNaN(f) || math.IsInf(f, 0) {
+				return i
+			}
+		}
+	case dtypes.BFloat16:
+		for i := range len(data) / 2 {
+			if le16(i)&0x7f80 == 0x7f80 { // exponent all ones: Inf or NaN
+				return i
+			}
+		}
+	case dtypes.Float16:
+		for i := range len(data) / 2 {
+			if le16(i)&0x7c00 == 0x7c00 {
+				return i
+			}
+		}
+	}
+	return -1
+}

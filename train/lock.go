@@ -1,0 +1,67 @@
+package train
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// lockName is the lock file of a checkpoint folder.
+const lockName = "onegpu.lock"
+
+// folderLock is an exclusive lock on a checkpoint folder, held by one process.
+type folderLock struct{ f *os.File }
+
+// FolderLockedError is returned when another process holds a checkpoint folder.
+type FolderLockedError struct {
+	Dir    string
+	Holder string // what the holder wrote: its pid, command and start time
+}
+
+func (e *FolderLockedError) Error() string {
+	return fmt.Sprintf("checkpoint folder %s is in use by another run (%s): wait for it to finish or use another --checkpoint folder",
+		e.Dir, e.Holder)
+}
+
+// lockFolder takes dir's lock or returns a *FolderLockedError naming the holder. The lock is an
+// flock on dir/onegpu.lock: the kernel drops it when its process ends in any way, so a lock file
+// left by a killed run never blocks the next one.
+func lockFolder(dir string) (*folderLock, error) {
+	path := filepath.Join(dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
+	}
+	if err := tryLock(f); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if err == errLocked {
+			h := strings.TrimSpace(string(holder))
+			if h == "" {
+				h = "a process that is starting"
+			}
+			return nil, &FolderLockedError{Dir: dir, Holder: h}
+		}
+		return nil, fmt.Errorf("locking checkpoint folder %s: %w", dir, err)
+	}
+	// Say who holds it, for the message a second writer gets.
+	holder := fmt.Sprintf("pid %d, %s, since %s", os.Getpid(), strings.Join(os.Args, " "), time.Now().Format(time.DateTime))
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(holder+"\n"), 0)
+	}
+	if err != nil {
+		unlock(f)
+		f.Close()
+		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
+	}
+	return &folderLock{f: f}, nil
+}
+
+func (l *folderLock) release() {
+	// The file stays: removing it would let a third process lock a new file while a second one
+	// holds the old one.
+	unlock(l.f)
+	l.f.Close()
+}

@@ -1,0 +1,21 @@
+//go:build unix
+
+package train
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+var errLocked = errors.New("locked")
+
+func tryLock(f *os.File) error {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return errLocked
+	}
+	return err
+}
+
+func unlock(f *os.File) { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
