@@ -23,7 +23,7 @@ import (
 func smallMLP(t testing.TB) train.Config {
 	p, err := mixed.ParsePolicy("float32")
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	k := models.ClassifierConfig{Inputs: 16, Hidden: 32, Classes: 10, Dropout: 0.1, Batch: 32}
 	return train.Config{Model: "mlp", Classifier: k, Batch: k.Batch, MicroBatches: 1, Policy: p, LossScale: "none",
