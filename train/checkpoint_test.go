@@ -2,7 +2,9 @@ package train_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -410,4 +412,23 @@ func keys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestMetricsJSONKeepsNonFiniteValues: a diverged step encodes (as strings) and decodes back.
+func TestMetricsJSONKeepsNonFiniteValues(t *testing.T) {
+	in := []train.StepMetrics{{Step: 1, Loss: 2.5, Accuracy: 0.25, Count: 16}, {Step: 2, Loss: math.NaN(), Accuracy: math.Inf(-1), Count: math.Inf(1)}}
+	raw, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"step":1,"loss":2.5,"accuracy":0.25,"count":16},{"step":2,"loss":"NaN","accuracy":"-Inf","count":"+Inf"}]`; string(raw) != want {
+		t.Errorf("encoded %s, want %s", raw, want)
+	}
+	var out []train.StepMetrics
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != in[0] || out[1].Step != 2 || !math.IsNaN(out[1].Loss) || !math.IsInf(out[1].Accuracy, -1) || !math.IsInf(out[1].Count, 1) {
+		t.Errorf("decoded %+v, want %+v", out, in)
+	}
 }

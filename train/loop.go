@@ -149,6 +149,12 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 	}
 	var steady time.Duration
 	var steadyCount float64
+	defer func() { // also for a run that stops early: its history is reported
+		if n := len(h.Steps) - 1; n > 0 {
+			h.StepSeconds = steady.Seconds() / float64(n)
+			h.TokensPerSecond = steadyCount / steady.Seconds()
+		}
+	}()
 	for step := h.Resumed; step < opts.Steps; step++ {
 		select {
 		case <-opts.Stop:
@@ -191,10 +197,6 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 				return h, err
 			}
 		}
-	}
-	if n := len(h.Steps) - 1; n > 0 {
-		h.StepSeconds = steady.Seconds() / float64(n)
-		h.TokensPerSecond = steadyCount / steady.Seconds()
 	}
 	if len(h.Steps) > 0 {
 		if err := save(h.Steps[len(h.Steps)-1].Step); err != nil {

@@ -1,10 +1,20 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -17,15 +27,17 @@ func init() {
 }
 
 func runTrain(args []string, w io.Writer) error {
-	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--steps N] [--data text|synthetic] [--checkpoint DIR] [--plot FILE.png] [--json]")
+	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--steps N] [--data text|synthetic] [--checkpoint DIR] [--save-every N] [--keep N] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
 	dataName := fs.String("data", "text", "gpt data: text (byte-level Genesis and Exodus, shipped with onegpu) or synthetic (the tutorial's fixed random batch)")
-	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to (default: no checkpoints)")
+	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change")
+	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
+	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
 	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
-	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines")
+	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines (a non-finite loss is written as the string \"NaN\", \"+Inf\" or \"-Inf\")")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -41,13 +53,39 @@ func runTrain(args []string, w io.Writer) error {
 			return err
 		}
 	}
+	for _, f := range []struct {
+		name  string
+		value int
+	}{{"save-every", *saveEvery}, {"keep", *keep}} {
+		if err := atLeast(set, f.name, f.value, 1); err != nil {
+			return err
+		}
+	}
+	if *checkpointDir == "" {
+		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep"); err != nil {
+			return err
+		}
+	}
+	if !set["save-every"] {
+		*saveEvery = max(1, *steps/4)
+	}
 	config, err := s.config()
 	if err != nil {
 		return err
 	}
-	data, err := trainingData(config, *dataName)
-	if err != nil {
-		return err
+	// Everything that can refuse the run does so before any work: output paths, the checkpoint
+	// folder (lock, damage, config), memory.
+	if *plotFile != "" {
+		if err := checkWritable(*plotFile); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	var store *train.Checkpoints
+	if *checkpointDir != "" {
+		if store, err = train.OpenCheckpoints(*checkpointDir, config, *keep); err != nil {
+			return err
+		}
+		defer store.Close()
 	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
@@ -59,34 +97,194 @@ func runTrain(args []string, w io.Writer) error {
 		return err
 	}
 	defer trainer.Close()
+	if err := checkMemory(trainer, spec); err != nil {
+		return err
+	}
+	data, err := trainingData(config, *dataName)
+	if err != nil {
+		return err
+	}
 	var progress io.Writer = w
 	if *asJSON {
 		progress = nil
 	} else {
 		fmt.Fprintf(w, "%s\nbackend %s\n", describe(config), spec)
 	}
-	history, err := trainer.Run(data, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
-		CheckpointDir: *checkpointDir, SaveEvery: max(1, *steps/4)})
-	if err != nil {
-		return err
+	stop, stopped := stopOnSignal(os.Stderr)
+	defer stopped()
+	history, runErr := trainer.Run(data, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
+		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop})
+	if history == nil {
+		return runErr
 	}
-	if *plotFile != "" {
-		if err := plotLoss(*plotFile, title(config), history); err != nil {
-			return err
+	// The history is written whatever happened, before the error, so a late failure loses nothing.
+	if *plotFile != "" && len(history.Steps) > 0 {
+		if err := plotLoss(*plotFile, title(config), finiteSteps(history)); err != nil {
+			return errors.Join(runErr, err)
 		}
 	}
 	if *asJSON {
-		return writeJSON(w, struct {
+		out := struct {
 			Config  string `json:"config"`
 			Backend string `json:"backend"`
+			Error   string `json:"error,omitempty"`
 			*train.History
-		}{describe(config), spec.String(), history})
+		}{Config: describe(config), Backend: spec.String(), History: history}
+		if runErr != nil {
+			out.Error = runErr.Error()
+		}
+		if err := writeJSON(w, out); err != nil {
+			return errors.Join(runErr, err)
+		}
+		return runErr
 	}
 	history.WriteSummary(w, config.Model)
-	if *plotFile != "" {
+	if *plotFile != "" && len(history.Steps) > 0 {
 		fmt.Fprintf(w, "%-22s %s\n", "loss curve", *plotFile)
 	}
-	return nil
+	return runErr
+}
+
+// stopOnSignal returns a channel closed at the first SIGINT or SIGTERM, so that the run can save
+// and stop after its current step; a second signal ends the process as usual. done releases the
+// signals.
+func stopOnSignal(w io.Writer) (stop <-chan struct{}, done func()) {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	ch := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-signals:
+			signal.Stop(signals) // a second Ctrl-C kills
+			fmt.Fprintf(w, "\n%s: finishing the current step and saving (again to quit at once)\n", sig)
+			close(ch)
+		case <-finished:
+		}
+	}()
+	return ch, func() {
+		signal.Stop(signals)
+		close(finished)
+	}
+}
+
+// finiteSteps drops the steps whose loss is not finite, which a plot cannot draw.
+func finiteSteps(h *train.History) *train.History {
+	out := *h
+	out.Steps = nil
+	for _, s := range h.Steps {
+		if !math.IsNaN(s.Loss) && !math.IsInf(s.Loss, 0) {
+			out.Steps = append(out.Steps, s)
+		}
+	}
+	return &out
+}
+
+// checkWritable returns an error when file cannot be created (its folder missing or read-only),
+// without leaving anything behind.
+func checkWritable(file string) error {
+	dir := filepath.Dir(file)
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return fmt.Errorf("cannot write %s: the folder %s does not exist", file, dir)
+	}
+	probe, err := os.CreateTemp(dir, ".onegpu-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: the folder %s is not writable", file, dir)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
+
+// checkMemory refuses a step whose estimated peak (graph.Analyze of the train step, what `onegpu
+// memory` prints) plus its data does not fit in the memory the backend has: the machine's
+// available RAM for the embedded backend. On XLA only the data is compared with the host's RAM:
+// the device's free memory is not known before the client allocates.
+func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
+	available, ok := availableRAM()
+	if !ok {
+		return nil
+	}
+	need, data, err := stepBytes(t)
+	if err != nil {
+		return err
+	}
+	if spec.Kind == "xla" {
+		need = data
+	}
+	if need <= available {
+		return nil
+	}
+	return fmt.Errorf("the step needs about %s (%s of it data), this machine has %s available: it would run out of memory; %s",
+		ograph.FormatBytes(need), ograph.FormatBytes(data), ograph.FormatBytes(available), fittingFlags(t, need, available))
+}
+
+// stepBytes returns the step's estimated peak memory plus its data, and the data alone.
+func stepBytes(t *train.Trainer) (total, data int64, err error) {
+	p, err := t.Program()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.Graph.Finalize()
+	m := ograph.Analyze(p)
+	c := t.Config
+	if c.Model == "gpt" {
+		data = 2 * 4 * int64(c.Batch) * int64(c.GPT.SeqLen) // one batch of int32 inputs and labels
+	} else {
+		data = 4*int64(c.Batch)*int64(c.Classifier.Inputs) + 4*int64(c.Batch)
+	}
+	return m.PeakBytes + data, data, nil
+}
+
+// fittingFlags suggests the largest batch that fits, from the estimates of the config (need) and
+// of half its batch: memory grows linearly with the batch.
+func fittingFlags(t *train.Trainer, need, available int64) string {
+	const none = "even the smallest batch does not fit: choose a smaller --preset or a backend with more memory"
+	c := t.Config
+	half := c
+	half.Batch = max(c.MicroBatches, c.Batch/2/c.MicroBatches*c.MicroBatches)
+	half.GPT.Batch = half.Batch
+	if half.Batch == c.Batch {
+		return none
+	}
+	smaller, err := train.New(t.Backend, half)
+	if err != nil {
+		return none
+	}
+	halfNeed, _, err := stepBytes(smaller)
+	if err != nil {
+		return none
+	}
+	perExample := float64(need-halfNeed) / float64(c.Batch-half.Batch)
+	fixed := float64(halfNeed) - perExample*float64(half.Batch)
+	if perExample <= 0 || fixed >= float64(available) {
+		return none
+	}
+	batch := int((0.9*float64(available)-fixed)/perExample) / c.MicroBatches * c.MicroBatches
+	if batch < c.MicroBatches {
+		return none
+	}
+	return fmt.Sprintf("flags that fit: --batch %d (--microbatches %d); more micro-batches or --remat block shrink the activations further", batch, c.MicroBatches)
+}
+
+// availableRAM reads MemAvailable from /proc/meminfo (Linux); ok is false elsewhere.
+func availableRAM() (bytes int64, ok bool) {
+	if runtime.GOOS != "linux" {
+		return 0, false
+	}
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	scanner := bufio.NewScanner(f)
+	for scanner.Scan() {
+		fields := strings.Fields(scanner.Text())
+		if len(fields) == 3 && fields[0] == "MemAvailable:" && fields[2] == "kB" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			return kb * 1024, err == nil
+		}
+	}
+	return 0, false
 }
 
 // trainingData returns the data a config trains on.

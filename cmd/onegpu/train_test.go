@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train"
+)
+
+// folder returns a folder's file names and contents, but the lock's.
+func folder(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "onegpu.lock" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+func sameFolder(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTrainDivergingKeepsCheckpoints: `train --lr 1e30` on a folder of finite checkpoints exits
+// with an error saying which checkpoint is kept, leaves the folder as it was, and --json still
+// prints the history, the NaN as a string.
+func TestTrainDivergingKeepsCheckpoints(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := runTrain([]string{"--model", "mlp", "--steps", "6", "--checkpoint", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	before := folder(t, dir)
+	var out bytes.Buffer
+	err := runTrain([]string{"--model", "mlp", "--steps", "10", "--lr", "1e30", "--checkpoint", dir, "--save-every", "1", "--json"}, &out)
+	var diverged *train.DivergedError
+	if !errors.As(err, &diverged) || diverged.LastSaved != 6 {
+		t.Fatalf("got %v, want the run to stop keeping the checkpoint of step 6", err)
+	}
+	var r struct {
+		Error string
+		Steps []train.StepMetrics
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("--json of a diverged run is not JSON: %v\n%s", err, out.String())
+	}
+	if last := r.Steps[len(r.Steps)-1]; !math.IsNaN(last.Loss) && !math.IsInf(last.Loss, 0) || !strings.Contains(r.Error, "diverged") {
+		t.Errorf("history %+v, error %q: want the non-finite last loss and the error", r.Steps, r.Error)
+	}
+	if !sameFolder(before, folder(t, dir)) {
+		t.Errorf("the diverging run changed the checkpoints")
+	}
+}
+
+// TestTrainChecksBeforeWork: output paths, flag values and memory are checked before anything is
+// built, trained or allocated.
+func TestTrainChecksBeforeWork(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plot", "/nonexistent/x.png", "--json"}, "--plot: cannot write /nonexistent/x.png: the folder /nonexistent does not exist"},
+		{[]string{"--save-every", "0", "--checkpoint", dir}, "--save-every 0: must be at least 1"},
+		{[]string{"--keep", "0", "--checkpoint", dir}, "--keep 0: must be at least 1"},
+		{[]string{"--keep", "3"}, "--keep does not apply: it needs --checkpoint DIR"},
+		{[]string{"--batch", "100000000"}, "this machine has"},
+		{[]string{"--checkpoint", filepath.Join(dir, "file", "sub")}, "checkpoint folder"},
+	} {
+		if c.args[0] == "--checkpoint" {
+			if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out bytes.Buffer
+		err := runTrain(c.args, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
+		}
+		if out.Len() > 0 {
+			t.Errorf("%v: printed %q before refusing", c.args, out.String())
+		}
+		if c.args[0] == "--batch" && !strings.Contains(err.Error(), "flags that fit: --batch ") {
+			t.Errorf("%v: %v, want the flags that fit", c.args, err)
+		}
+	}
+}
+
+// TestInterruptStopsTheRun: SIGINT closes the run's stop channel (train.Run then saves and returns
+// "interrupted at step N, saved", see train's TestStopSavesAndSaysWhere) instead of ending the
+// process.
+func TestInterruptStopsTheRun(t *testing.T) {
+	stop, done := stopOnSignal(&bytes.Buffer{})
+	defer done()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stop:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGINT did not ask the run to stop")
+	}
+}
