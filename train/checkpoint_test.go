@@ -33,7 +33,11 @@ func smallMLP(t testing.TB) train.Config {
 }
 
 func mlpData(c train.Config) train.Data {
-	return train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
+	d, err := train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
 
 // runIn trains c up to steps in dir and returns the history and error.
