@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -12,9 +13,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/onegpu/onegpu/train"
 )
@@ -49,7 +53,11 @@ func trainChild(dir string) int {
 	if s := os.Getenv("ONEGPU_TRAIN_CHILD_STEPS"); s != "" {
 		steps, _ = strconv.Atoi(s)
 	}
-	_, err = tr.Run(mlpData(c), train.RunOptions{Steps: steps, CheckpointDir: dir, SaveEvery: 1, Keep: 2, Progress: os.Stdout, LogEvery: 1})
+	var data train.Data = mlpData(c)
+	if os.Getenv(holdEnv) != "" {
+		data = heldData{data, &sync.Once{}}
+	}
+	_, err = tr.Run(data, train.RunOptions{Steps: steps, CheckpointDir: dir, SaveEvery: 1, Keep: 2, Progress: os.Stdout, LogEvery: 1})
 	var locked *train.FolderLockedError
 	if errors.As(err, &locked) {
 		fmt.Fprintln(os.Stderr, err)
@@ -107,7 +115,9 @@ func TestKilledRunsResumeExactly(t *testing.T) {
 	for killed < *kills {
 		cmd, out := child(t, dir)
 		lastStep := -1
-		timer := time.AfterFunc(time.Duration(rng.Int64N(int64(perRun))), func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		// A random moment of the time the run needs: start-up plus the steps left.
+		left := max(0.3, float64(killSteps-resumed)/killSteps)
+		timer := time.AfterFunc(time.Duration(rng.Float64()*left*float64(perRun)), func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
 		for out.Scan() {
 			line := out.Text()
 			if m := resumeLine.FindStringSubmatch(line); m != nil {
@@ -174,28 +184,50 @@ func cutSave(dir string) bool {
 	return len(committedFiles) != 3*len(jsons)
 }
 
-// TestConcurrentWritersAreRefused: 12 times, two runs start on one folder at once; the second is
-// refused with the folder and the first's pid, and the folder then resumes.
+// TestConcurrentWritersAreRefused: 12 times, two runs start on one folder at once; whichever
+// comes second is refused, naming the folder and the first's pid, and the folder then resumes.
+// The runs wait before their first step until the test lets them go, so they overlap every time.
 func TestConcurrentWritersAreRefused(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ck")
+	type ended struct {
+		cmd *exec.Cmd
+		err error
+	}
 	for trial := range 12 {
-		first, out := child(t, dir, "ONEGPU_TRAIN_CHILD_STEPS="+strconv.Itoa(3*(trial+1)))
-		// Wait until the first run holds the folder (it prints before its first step).
-		if !out.Scan() {
-			t.Fatalf("trial %d: the first run printed nothing (%s)", trial, first.Stderr)
+		steps := "ONEGPU_TRAIN_CHILD_STEPS=" + strconv.Itoa(3*(trial+1))
+		var runs [2]*exec.Cmd
+		var holds [2]io.WriteCloser
+		exits := make(chan ended, 2)
+		for i := range runs {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"="+dir, steps, holdEnv+"=1")
+			cmd.Stderr = &strings.Builder{}
+			hold, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			runs[i], holds[i] = cmd, hold
+			go func() { exits <- ended{cmd, cmd.Wait()} }()
 		}
-		second, _ := child(t, dir, "ONEGPU_TRAIN_CHILD_STEPS="+strconv.Itoa(3*(trial+1)))
-		err := second.Wait()
+		refused := <-exits
+		first := runs[0]
+		if refused.cmd == runs[0] {
+			first = runs[1]
+		}
 		var exit *exec.ExitError
-		msg := fmt.Sprint(second.Stderr)
-		if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(msg, dir) ||
+		msg := fmt.Sprint(refused.cmd.Stderr)
+		if !errors.As(refused.err, &exit) || exit.ExitCode() != 3 || !strings.Contains(msg, dir) ||
 			!strings.Contains(msg, fmt.Sprintf("pid %d", first.Process.Pid)) {
-			t.Fatalf("trial %d: the second writer: %v, %q; want it refused naming %s and pid %d", trial, err, msg, dir, first.Process.Pid)
+			t.Fatalf("trial %d: the second writer: %v, %q; want it refused naming %s and pid %d", trial, refused.err, msg, dir, first.Process.Pid)
 		}
-		for out.Scan() {
+		for _, h := range holds {
+			h.Close()
 		}
-		if err := first.Wait(); err != nil {
-			t.Fatalf("trial %d: the first writer: %v (%s)", trial, err, first.Stderr)
+		if e := <-exits; e.err != nil {
+			t.Fatalf("trial %d: the first writer: %v (%s)", trial, e.err, e.cmd.Stderr)
 		}
 	}
 	ck, err := train.OpenCheckpoints(dir, smallMLP(t), 2)
@@ -203,4 +235,18 @@ func TestConcurrentWritersAreRefused(t *testing.T) {
 		t.Fatalf("the folder after 12 trials: %v, %+v; want it to resume at step 36", err, ck)
 	}
 	ck.Close()
+}
+
+// holdEnv makes a training child wait before its first step until its stdin closes.
+const holdEnv = "ONEGPU_TRAIN_CHILD_HOLD"
+
+// heldData waits for stdin to close before the first batch.
+type heldData struct {
+	train.Data
+	once *sync.Once
+}
+
+func (d heldData) Batch(step int) []*tensors.Tensor {
+	d.once.Do(func() { _, _ = io.Copy(io.Discard, os.Stdin) })
+	return d.Data.Batch(step)
 }

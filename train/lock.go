@@ -35,14 +35,9 @@ func lockFolder(dir string) (*folderLock, error) {
 		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
 	}
 	if err := tryLock(f); err != nil {
-		holder, _ := os.ReadFile(path)
 		f.Close()
 		if err == errLocked {
-			h := strings.TrimSpace(string(holder))
-			if h == "" {
-				h = "a process that is starting"
-			}
-			return nil, &FolderLockedError{Dir: dir, Holder: h}
+			return nil, &FolderLockedError{Dir: dir, Holder: readHolder(path)}
 		}
 		return nil, fmt.Errorf("locking checkpoint folder %s: %w", dir, err)
 	}
@@ -57,6 +52,18 @@ func lockFolder(dir string) (*folderLock, error) {
 		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
 	}
 	return &folderLock{f: f}, nil
+}
+
+// readHolder returns what the lock's holder wrote, waiting a moment for a holder that has just
+// taken the lock and not written yet.
+func readHolder(path string) string {
+	for range 50 {
+		if holder, _ := os.ReadFile(path); len(strings.TrimSpace(string(holder))) > 0 {
+			return strings.TrimSpace(string(holder))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "a process that did not say which"
 }
 
 func (l *folderLock) release() {

@@ -54,7 +54,7 @@ func (e *InterruptedError) Error() string {
 	if e.Saved {
 		return fmt.Sprintf("interrupted at step %d, saved", e.Step)
 	}
-	return fmt.Sprintf("interrupted at step %d, not saved (no checkpoint folder)", e.Step)
+	return fmt.Sprintf("interrupted at step %d, not saved (no --checkpoint folder, or no step done)", e.Step)
 }
 
 // DivergedError is returned by Run when a step's loss or a saved value is not finite: the run
@@ -118,7 +118,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 	// A checkpoint is staged after its step and committed once the next step's loss is finite
 	// (or the run ends), so that diverging weights never replace good checkpoints.
 	stage := func(step int) error {
-		if store == nil || step == lastSaved || step == store.Pending() {
+		if store == nil || len(h.Steps) == 0 || step == lastSaved || step == store.Pending() {
 			return nil
 		}
 		if err := store.Stage(t.Ctx, step); err != nil {
@@ -162,7 +162,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 			if err != nil {
 				return h, err
 			}
-			return h, &InterruptedError{Step: step, Saved: store != nil}
+			return h, &InterruptedError{Step: step, Saved: lastSaved == step}
 		default:
 		}
 		start := time.Now()
