@@ -1,7 +1,8 @@
 // Package train runs training for any model: one step combines a precision policy, remat,
 // micro-batch gradient accumulation and a gradient chain (optim: loss scale with an atomic skip of
 // non-finite steps, Adam with the tutorial's warm-up/exponential-decay schedule); the loop shows
-// progress, keeps GoMLX checkpoints and resumes bit-exactly.
+// progress, keeps crash-safe checkpoints (GoMLX's format, staged, synced and renamed into place;
+// see Checkpoints) and resumes bit-exactly.
 //
 // The tutorial's models are two implementations of Model (GPT, Classifier) that New builds from a
 // Config:
