@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -111,6 +112,16 @@ func weights(t testing.TB, dir string) map[string][]byte {
 	return out
 }
 
+// uninterrupted returns the weights of c after steps in one run.
+func uninterrupted(t testing.TB, c train.Config, steps int) map[string][]byte {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "uninterrupted")
+	if _, err := runIn(t, c, dir, steps, train.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return weights(t, dir)
+}
+
 func sameWeights(t testing.TB, want, got map[string][]byte) {
 	t.Helper()
 	if len(want) != len(got) {
@@ -128,11 +139,7 @@ func sameWeights(t testing.TB, want, got map[string][]byte) {
 // weights of an uninterrupted run.
 func TestDamagedNewestCheckpointFallsBack(t *testing.T) {
 	c := smallMLP(t)
-	straight := filepath.Join(t.TempDir(), "straight")
-	if _, err := runIn(t, c, straight, 4, train.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	want := weights(t, straight)
+	want := uninterrupted(t, c, 4)
 	for _, damage := range []struct {
 		name string
 		do   func(base string) error
@@ -189,7 +196,7 @@ func TestNoWholeCheckpointIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "none is whole") {
 		t.Fatalf("got %v, want an error saying no checkpoint is whole", err)
 	}
-	if after := files(t, dir); !mapsEqual(before, after) {
+	if after := files(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the folder changed: %v -> %v", keys(before), keys(after))
 	}
 }
@@ -242,7 +249,7 @@ func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	if _, err := runIn(t, smallMLP(t), dir, 3, train.RunOptions{}); !errors.As(err, &mismatch) {
 		t.Fatalf("an MLP run on a GPT folder: %v, want a *ConfigMismatchError", err)
 	}
-	if after := files(t, dir); !mapsEqual(before, after) {
+	if after := files(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the refused runs changed the folder: %v -> %v", keys(before), keys(after))
 	}
 	ck, err := train.OpenCheckpoints(dir, gpt, 2)
@@ -271,7 +278,7 @@ func TestDivergingRunKeepsGoodCheckpoints(t *testing.T) {
 		t.Errorf("the history of the diverged run is lost: %+v", h)
 	}
 	t.Log(err)
-	if after := files(t, dir); !mapsEqual(before, after) {
+	if after := files(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the diverging run changed the checkpoints: %v -> %v", keys(before), keys(after))
 	}
 }
@@ -340,10 +347,7 @@ func TestKeepNeverDeletesTheOnlyWholeCheckpoint(t *testing.T) {
 // of it, and the resumed run ends where an uninterrupted one does.
 func TestStopSavesAndSaysWhere(t *testing.T) {
 	c := smallMLP(t)
-	straight := filepath.Join(t.TempDir(), "straight")
-	if _, err := runIn(t, c, straight, 6, train.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	want := uninterrupted(t, c, 6)
 	dir := filepath.Join(t.TempDir(), "ck")
 	stop := make(chan struct{})
 	tr, err := train.New(embedded(), c)
@@ -360,7 +364,7 @@ func TestStopSavesAndSaysWhere(t *testing.T) {
 	if err != nil || h.Resumed != 4 {
 		t.Fatalf("resumed at %v (%v), want 4", h, err)
 	}
-	sameWeights(t, weights(t, straight), weights(t, dir))
+	sameWeights(t, want, weights(t, dir))
 }
 
 // stopAt closes stop when the batch of step at is asked for (during that step).
@@ -395,18 +399,6 @@ func TestSecondWriterIsRefused(t *testing.T) {
 	if _, err := runIn(t, c, dir, 2, train.RunOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func keys(m map[string]string) []string {
