@@ -55,11 +55,15 @@ func lockFolder(dir string) (*folderLock, error) {
 }
 
 // readHolder returns what the lock's holder wrote, waiting a moment for a holder that has just
-// taken the lock and not written yet.
+// taken the lock and not written yet (the file is then empty, or still names a process that died
+// holding it).
 func readHolder(path string) string {
-	for range 50 {
-		if holder, _ := os.ReadFile(path); len(strings.TrimSpace(string(holder))) > 0 {
-			return strings.TrimSpace(string(holder))
+	for range 100 {
+		raw, _ := os.ReadFile(path)
+		holder := strings.TrimSpace(string(raw))
+		var pid int
+		if _, err := fmt.Sscanf(holder, "pid %d", &pid); err == nil && processAlive(pid) {
+			return holder
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -69,6 +73,7 @@ func readHolder(path string) string {
 func (l *folderLock) release() {
 	// The file stays: removing it would let a third process lock a new file while a second one
 	// holds the old one.
+	_ = l.f.Truncate(0) // a finished run holds nothing
 	unlock(l.f)
 	l.f.Close()
 }
