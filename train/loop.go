@@ -181,7 +181,8 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
 			t.logStep(opts.Progress, m, opts.Steps, elapsed, step == h.Resumed)
 		}
-		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
+		// A skipped step (non-finite gradients under a loss scale) left the weights as they were.
+		if !m.Skipped && (math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0)) {
 			if store != nil {
 				if err := store.Discard(); err != nil {
 					return h, err

@@ -11,24 +11,43 @@ import (
 // (JSON has no such numbers, and a diverged run's history must not be lost to the encoder); finite
 // numbers stay numbers.
 func (m StepMetrics) MarshalJSON() ([]byte, error) {
+	metrics := make(map[string]jsonFloat, len(m.Metrics))
+	for k, v := range m.Metrics {
+		metrics[k] = jsonFloat(v)
+	}
+	type plain StepMetrics // its fields, without this method; the ones below shadow the floats
 	return json.Marshal(struct {
-		Step     int       `json:"step"`
-		Loss     jsonFloat `json:"loss"`
-		Accuracy jsonFloat `json:"accuracy"`
-		Count    jsonFloat `json:"count"`
-	}{m.Step, jsonFloat(m.Loss), jsonFloat(m.Accuracy), jsonFloat(m.Count)})
+		plain
+		Loss     jsonFloat            `json:"loss"`
+		Accuracy jsonFloat            `json:"accuracy"`
+		Count    jsonFloat            `json:"count"`
+		Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
+		MeanLoss jsonFloat            `json:"mean_loss"`
+	}{plain(m), jsonFloat(m.Loss), jsonFloat(m.Accuracy), jsonFloat(m.Count), metrics, jsonFloat(m.MeanLoss)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (m *StepMetrics) UnmarshalJSON(data []byte) error {
+	type plain StepMetrics
 	var raw struct {
-		Step                  int
-		Loss, Accuracy, Count jsonFloat
+		plain
+		Loss     jsonFloat            `json:"loss"`
+		Accuracy jsonFloat            `json:"accuracy"`
+		Count    jsonFloat            `json:"count"`
+		Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
+		MeanLoss jsonFloat            `json:"mean_loss"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	*m = StepMetrics{Step: raw.Step, Loss: float64(raw.Loss), Accuracy: float64(raw.Accuracy), Count: float64(raw.Count)}
+	*m = StepMetrics(raw.plain)
+	m.Loss, m.Accuracy, m.Count, m.MeanLoss = float64(raw.Loss), float64(raw.Accuracy), float64(raw.Count), float64(raw.MeanLoss)
+	if raw.Metrics != nil {
+		m.Metrics = make(map[string]float64, len(raw.Metrics))
+		for k, v := range raw.Metrics {
+			m.Metrics[k] = float64(v)
+		}
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -42,7 +43,7 @@ func Record(c Config) WrittenBy {
 	}
 	r := WrittenBy{
 		Onegpu: Version(), Policy: c.Policy.String(),
-		Optimizer: "adam(b1=0.9, b2=0.999, eps=1e-8), loss scale " + scale,
+		Optimizer: fmt.Sprintf("%s(b1=%g, b2=%g, eps=%g), loss scale %s", cmp.Or(c.Optimizer, OptimizerAdam), AdamBeta1, AdamBeta2, AdamEpsilon, scale),
 		Batch:     c.Batch, Seed: c.Seed, MicroBatches: c.MicroBatches, PeakLR: c.Schedule.Peak,
 		Schedule: fmt.Sprintf("warm-up %d steps, decay ×%g every %d", c.Schedule.WarmupSteps,
 			c.Schedule.DecayRate, c.Schedule.TransitionSteps),
