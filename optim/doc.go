@@ -20,4 +20,7 @@
 // The links keep their state in context variables (the loss scale under /mixed/loss_scale, the
 // skip counter and MultiSteps' accumulators under /optim), so checkpoints carry it. A Transform of
 // your own is one method, Apply(update, next); one that gates the rest of the chain uses Rollback.
+//
+// Adam8bit is Adam whose moments are stored in 8 bits per value (block-wise, one float32 scale per
+// block), a quarter of Adam's state; it goes where GoMLX's Adam goes, Apply(optim.Adam8bit().Done()).
 package optim
