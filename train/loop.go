@@ -88,18 +88,20 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		}
 		defer store.Close()
 	}
-	h := &History{}
+	// A trainer that already ran steps continues from its global step, unless a checkpoint is
+	// restored.
+	h := &History{Resumed: t.GlobalStep()}
 	lastSaved := -1
 	if store != nil {
 		if len(store.Skipped) > 0 && opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "skipped damaged or partial checkpoints in %s:\n  %s\n", store.Dir(), strings.Join(store.Skipped, "\n  "))
 		}
-		var err error
-		if h.Resumed, err = store.Restore(t.Ctx); err != nil {
+		resumed, err := store.Restore(t.Ctx)
+		if err != nil {
 			return nil, err
 		}
 		if store.ResumeFrom != "" {
-			lastSaved = h.Resumed
+			h.Resumed, lastSaved = resumed, resumed
 		}
 	}
 	if h.Resumed > 0 {
