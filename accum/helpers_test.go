@@ -22,16 +22,8 @@ import (
 // embedded is the embedded backend in sequential mode, shared by the tests.
 var embedded = backendtest.Embedded
 
-// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
-var xlaBackend = backendtest.XLA
-
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
-func backendsUnderTest() []backends.Backend {
-	if b := xlaBackend(); b != nil {
-		return []backends.Backend{embedded(), b}
-	}
-	return []backends.Backend{embedded()}
-}
+var backendsUnderTest = backendtest.All
 
 // perExampleLoss is the tutorial MLP's cross-entropy per example, in compute dtype (float32
 // log-probabilities), with the MLP's variables created in ctx.

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -21,16 +20,8 @@ import (
 // embedded is the embedded backend in sequential mode, shared by the tests.
 var embedded = backendtest.Embedded
 
-// xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
-var xlaBackend = backendtest.XLA
-
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
-func backendsUnderTest() []backends.Backend {
-	if b := xlaBackend(); b != nil {
-		return []backends.Backend{embedded(), b}
-	}
-	return []backends.Backend{embedded()}
-}
+var backendsUnderTest = backendtest.All
 
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {

@@ -3,6 +3,7 @@ package optim
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -18,13 +19,8 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 )
 
-func backendsUnderTest() []backends.Backend {
-	bs := []backends.Backend{backendtest.Embedded()}
-	if x := backendtest.XLA(); x != nil {
-		bs = append(bs, x)
-	}
-	return bs
-}
+// backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
+var backendsUnderTest = backendtest.All
 
 // wideRange returns n values whose magnitudes span 1e-9..1 (and some exact zeros), as moments do.
 func wideRange(n int, signed bool, seed uint64) []float32 {
@@ -212,7 +208,7 @@ func TestQuantizedTracksAdam(t *testing.T) {
 func stateBytes(ctx *context.Context, scope string) int {
 	var n int
 	for v := range ctx.IterVariables() {
-		if v.Scope() == scope || len(v.Scope()) > len(scope) && v.Scope()[:len(scope)+1] == scope+"/" {
+		if v.Scope() == scope || strings.HasPrefix(v.Scope(), scope+context.ScopeSeparator) {
 			n += int(v.Shape().Memory())
 		}
 	}

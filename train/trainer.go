@@ -91,8 +91,8 @@ func (c Config) ValidateTraining() error {
 	if _, err := ParseLossScale(c.LossScale); err != nil {
 		return err
 	}
-	if c.Optimizer != "" && c.Optimizer != OptimizerAdam && c.Optimizer != OptimizerAdam8bit {
-		return fmt.Errorf("unknown optimizer %q: use %s or %s", c.Optimizer, OptimizerAdam, OptimizerAdam8bit)
+	if err := checkOptimizer(c.Optimizer); err != nil {
+		return err
 	}
 	if err := c.Devices.validate(c.Batch, c.MicroBatches); err != nil {
 		return err
@@ -236,17 +236,24 @@ const (
 	OptimizerAdam8bit = "adam8bit"
 )
 
+// checkOptimizer refuses a Config.Optimizer that is not one of its values.
+func checkOptimizer(name string) error {
+	if name != "" && name != OptimizerAdam && name != OptimizerAdam8bit {
+		return fmt.Errorf("unknown optimizer %q: use %s or %s", name, OptimizerAdam, OptimizerAdam8bit)
+	}
+	return nil
+}
+
 // Chain returns the step's gradient chain: MicroBatches, then LossScale when the config has one,
 // then Adam (or 8-bit Adam).
 func (t *Trainer) Chain() (*optim.Chain, error) {
 	c := t.Config
 	adam := optimizers.Adam().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
-	switch c.Optimizer {
-	case "", OptimizerAdam:
-	case OptimizerAdam8bit:
+	if err := checkOptimizer(c.Optimizer); err != nil {
+		return nil, err
+	}
+	if c.Optimizer == OptimizerAdam8bit {
 		adam = optim.Adam8bit().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
-	default:
-		return nil, fmt.Errorf("unknown optimizer %q: use %s or %s", c.Optimizer, OptimizerAdam, OptimizerAdam8bit)
 	}
 	links := []optim.Transform{optim.MicroBatches(c.MicroBatches)}
 	scale, err := ParseLossScale(c.LossScale)

@@ -38,6 +38,14 @@ var XLA = sync.OnceValue(func() backends.Backend {
 	return b
 })
 
+// All returns the embedded backend and, when a PJRT plugin is configured, XLA.
+func All() []backends.Backend {
+	if b := XLA(); b != nil {
+		return []backends.Backend{Embedded(), b}
+	}
+	return []backends.Backend{Embedded()}
+}
+
 // RequireXLA returns XLA's backend or skips the test, saying how to get a plugin.
 func RequireXLA(t testing.TB) backends.Backend {
 	t.Helper()
