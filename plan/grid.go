@@ -79,6 +79,8 @@ type Estimate struct {
 	ActivationBytes int64                  `json:"estimated_activation_bytes"`
 	FLOPs           int64                  `json:"flops"`
 	XLA             *ograph.CompiledMemory `json:"xla_compiled,omitempty"`
+	// Breakdown splits PeakBytes by kind (graph.Memory.Breakdown), indexed by graph.Kind.
+	Breakdown map[ograph.Kind]int64 `json:"-"`
 }
 
 // Memory is the estimate's memory figure: XLA's compiled total when available, else the
@@ -103,7 +105,11 @@ func EstimateStep(backend backends.Backend, config train.Config, compile bool) (
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	e := Estimate{PeakBytes: m.PeakBytes, ArgumentBytes: m.ArgumentBytes, ActivationBytes: m.Breakdown[ograph.Activations], FLOPs: m.FLOPs}
+	e := Estimate{PeakBytes: m.PeakBytes, ArgumentBytes: m.ArgumentBytes, ActivationBytes: m.Breakdown[ograph.Activations], FLOPs: m.FLOPs,
+		Breakdown: map[ograph.Kind]int64{}}
+	for _, k := range ograph.Kinds() {
+		e.Breakdown[k] = m.Breakdown[k]
+	}
 	if compile {
 		compiled, err := ograph.CompileProgram(p)
 		if err != nil {

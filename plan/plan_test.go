@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -79,4 +80,103 @@ func TestSearchRefuses(t *testing.T) {
 			t.Errorf("Search: %v, want %q", err, tc.want)
 		}
 	}
+}
+
+// TestSearchDevices: one device's share of the step shrinks with the devices and with what is
+// sharded; on one device the candidates are Search's; a device's share of the activations is what
+// one device needs for its share of the batch (the step built with batch/n, an independent
+// estimate); and a budget nothing meets on one device is answered with the fewest devices that
+// meet it.
+func TestSearchDevices(t *testing.T) {
+	backend := backendtest.Embedded()
+	base, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Batch, base.GPT.Batch, base.MicroBatches, base.GPT.MicroBatch = 8, 8, 1, 1
+	single, err := plan.Search(backend, base, 1<<40, plan.A5000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := single[0].PeakBytes
+	for _, one := range single {
+		budget = min(budget, one.PeakBytes-1) // nothing fits on one device
+	}
+	rows, err := plan.SearchDevices(backend, base, budget, plan.A5000, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]plan.DeviceCandidate{}
+	for _, r := range rows {
+		byKey[fmt.Sprintf("%s/%d/%s", r.Variant, r.Devices, r.Shard)] = r
+		if r.Fits != (r.PerDeviceBytes <= budget) {
+			t.Errorf("%+v: fits %v with a budget of %d", r, r.Fits, budget)
+		}
+	}
+	if got := len(rows); got > len(single)*(1+3+3) || got < len(single)*4 {
+		t.Errorf("%d candidates for %d variants on 1, 2 and 4 devices", got, len(single))
+	}
+	for _, one := range single {
+		on1 := byKey[fmt.Sprintf("%s/1/none", one.Variant)]
+		if on1.PerDeviceBytes != one.PeakBytes || on1.Seconds != one.Seconds {
+			t.Errorf("%s on 1 device: %d bytes, %gs; Search: %d bytes, %gs", one.Variant, on1.PerDeviceBytes, on1.Seconds, one.PeakBytes, one.Seconds)
+		}
+		for _, n := range []int{2, 4} {
+			none, ok := byKey[fmt.Sprintf("%s/%d/none", one.Variant, n)]
+			if !ok {
+				continue // its micro-batches do not split a device's share
+			}
+			opt, params := byKey[fmt.Sprintf("%s/%d/optimizer", one.Variant, n)], byKey[fmt.Sprintf("%s/%d/params", one.Variant, n)]
+			if !(params.PerDeviceBytes < opt.PerDeviceBytes && opt.PerDeviceBytes < none.PerDeviceBytes && none.PerDeviceBytes < one.PeakBytes) {
+				t.Errorf("%s on %d devices: params %d, optimizer %d, none %d, one device %d: want each smaller than the next",
+					one.Variant, n, params.PerDeviceBytes, opt.PerDeviceBytes, none.PerDeviceBytes, one.PeakBytes)
+			}
+			if none.Seconds*float64(n) != one.Seconds {
+				t.Errorf("%s on %d devices: %gs, one device %gs", one.Variant, n, none.Seconds, one.Seconds)
+			}
+		}
+	}
+	order := plan.ByFewestDevices(rows)
+	if len(order) == 0 || rows[order[0]].Devices == 1 {
+		t.Fatalf("budget %d: fewest devices %v", budget, order)
+	}
+	for k := 1; k < len(order); k++ {
+		if a, b := rows[order[k-1]], rows[order[k]]; a.Devices > b.Devices || a.Devices == b.Devices && a.Seconds > b.Seconds {
+			t.Errorf("%+v before %+v", a, b)
+		}
+	}
+	i := order[0]
+	for _, r := range rows {
+		if r.Fits && (r.Devices < rows[i].Devices || r.Devices == rows[i].Devices && r.Seconds < rows[i].Seconds) {
+			t.Errorf("%+v fits on fewer devices, or faster on as many, than the answer %+v", r, rows[i])
+		}
+	}
+
+	// Activations of one of 4 devices: the same variant built for a quarter of the batch.
+	v := plan.Variant{Compute: "bfloat16", Remat: "none", MicroBatches: 1}
+	quarter := base
+	quarter.Batch, quarter.GPT.Batch = base.Batch/4, base.Batch/4
+	small, err := plan.EstimateStep(backend, mustApply(t, v, quarter), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := plan.EstimateStep(backend, mustApply(t, v, base), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := float64(full.ActivationBytes)/4, float64(small.ActivationBytes); got < 0.85*want || got > 1.15*want {
+		t.Errorf("a quarter of the batch's activations: %.0f bytes from the share, %.0f from the step built for it", got, want)
+	}
+	if _, err := plan.SearchDevices(backend, base, budget, plan.A5000, 0); err == nil {
+		t.Error("0 devices planned without an error")
+	}
+}
+
+func mustApply(t *testing.T, v plan.Variant, base train.Config) train.Config {
+	t.Helper()
+	c, err := v.Apply(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -22,7 +22,7 @@ func init() {
 }
 
 func runPlan(args []string, w io.Writer) error {
-	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
+	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--devices N] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tutorial")
 	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB; above 8 EiB reads as 8 EiB, where everything fits")
@@ -39,7 +39,15 @@ func runPlan(args []string, w io.Writer) error {
 	if err := notApplicable(set, "the plan estimates memory and time; it trains nothing", "lr", "seed"); err != nil {
 		return err
 	}
+	if err := notApplicable(set, "with --devices N the plan tries every shard mode itself", "shard"); err != nil {
+		return err
+	}
+	if s.devices < 1 {
+		return fmt.Errorf("--devices %d: plan for at least 1 device", s.devices)
+	}
+	maxDevices := s.devices
 	_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
+	_ = fs.Set("devices", "1")      // so does the device search: --devices is how many are available
 	budget, err := parseBytes(*budgetText)
 	if err != nil {
 		return fmt.Errorf("--budget: %w", err)
@@ -59,6 +67,9 @@ func runPlan(args []string, w io.Writer) error {
 		return err
 	}
 	defer backend.Finalize()
+	if maxDevices > 1 {
+		return planDevices(w, backend, spec, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, maxDevices, *asJSON)
+	}
 	rows, err := plan.Search(backend, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, spec.Kind == "xla")
 	if err != nil {
 		return err
