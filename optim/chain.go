@@ -151,14 +151,19 @@ func (c *Chain) ScaleLoss(ctx *context.Context, loss *graph.Node) *graph.Node {
 // micro-batches (loss-scaled if the chain has a LossScale), runs the chain on them and returns the
 // batch's result. The step's finite flag is Finite(ctx, g).
 func (c *Chain) Step(ctx *context.Context, inputs []*graph.Node, lossFn accum.LossFn) *accum.Result {
-	var r *accum.Result
-	if c.scale != nil {
-		r = accum.ScaledGradients(ctx, c.microBatches, inputs, lossFn, c.scale.ls.Scale)
-	} else {
-		r = accum.Gradients(ctx, c.microBatches, inputs, lossFn)
-	}
+	r := c.Gradients(ctx, inputs, lossFn)
 	c.run(Update{Ctx: ctx, Graph: r.Loss.Graph(), Variables: r.Variables, Gradients: r.Gradients, Count: r.Count, LossDType: r.Loss.DType()})
 	return r
+}
+
+// Gradients is the first half of Step: the loss, metrics and gradients of inputs over the chain's
+// micro-batches, of the loss multiplied by the chain's loss scale when it has one, without running
+// the chain. ApplyGradients, possibly in another graph (e.g. on the host), is the second half.
+func (c *Chain) Gradients(ctx *context.Context, inputs []*graph.Node, lossFn accum.LossFn) *accum.Result {
+	if c.scale != nil {
+		return accum.ScaledGradients(ctx, c.microBatches, inputs, lossFn, c.scale.ls.Scale)
+	}
+	return accum.Gradients(ctx, c.microBatches, inputs, lossFn)
 }
 
 // StepFn returns a train step for context.NewExec and graph.ContextProgram that calls Step and

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // RunOptions configure Run.
@@ -42,6 +44,10 @@ type History struct {
 	// TokensPerSecond counts predictions (tokens for gpt, examples for mlp) per second of steady
 	// state.
 	TokensPerSecond float64 `json:"tokens_per_second"`
+	// Offload is, with the optimizer offloaded, the bytes moved per step and the mean times of
+	// moving them and of the host's update over the steps after the first (the first alone when
+	// there is no other).
+	Offload *OffloadStats `json:"offload,omitempty"`
 }
 
 // InterruptedError is returned by Run when RunOptions.Stop was closed.
@@ -151,10 +157,16 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 	}
 	var steady time.Duration
 	var steadyCount float64
-	defer func() { // also for a run that stops early: its history is reported
+	var offload OffloadStats // summed over the steps after the first
+	defer func() {           // also for a run that stops early: its history is reported
 		if n := len(h.Steps) - 1; n > 0 {
 			h.StepSeconds = steady.Seconds() / float64(n)
 			h.TokensPerSecond = steadyCount / steady.Seconds()
+			if h.Offload != nil {
+				offload.TransferSeconds /= float64(n)
+				offload.HostSeconds /= float64(n)
+				h.Offload = &offload
+			}
 		}
 	}()
 	for step := h.Resumed; step < opts.Steps; step++ {
@@ -173,11 +185,18 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 			return h, err
 		}
 		elapsed := time.Since(start)
+		stats := t.OffloadStats()
 		if step == h.Resumed {
 			h.CompileSeconds = elapsed.Seconds()
+			if t.offload != nil {
+				h.Offload = &stats
+			}
 		} else {
 			steady += elapsed
 			steadyCount += m.Count
+			offload.BytesToDevice, offload.BytesToHost = stats.BytesToDevice, stats.BytesToHost
+			offload.TransferSeconds += stats.TransferSeconds
+			offload.HostSeconds += stats.HostSeconds
 		}
 		h.Steps = append(h.Steps, m)
 		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
@@ -242,6 +261,10 @@ func (h *History) WriteSummary(w io.Writer, model string) {
 	fmt.Fprintf(w, "%-22s %.1f s\n", "first step", h.CompileSeconds)
 	if h.StepSeconds > 0 {
 		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, countUnit(h.TokensPerSecond, model))
+	}
+	if o := h.Offload; o != nil {
+		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
+			ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
 	}
 }
 

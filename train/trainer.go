@@ -45,6 +45,10 @@ type Config struct {
 	// Optimizer is "adam" (the default, also for "") or "adam8bit": Adam with block-wise 8-bit
 	// moments (optim.Adam8bit), a quarter of the state; both with the tutorial's betas and epsilon.
 	Optimizer string
+	// Offload is "none" (the default, also for "") or "optimizer": the optimizer's state and its
+	// update live in host memory, on the embedded backend, and the backend computes the loss and
+	// the gradients only (ZeRO-Offload's split; see Trainer.OffloadStats). One device only.
+	Offload string
 	// Seed fixes the initial weights, the dropout masks and the data.
 	Seed uint64
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
@@ -94,6 +98,9 @@ func (c Config) ValidateTraining() error {
 	if err := checkOptimizer(c.Optimizer); err != nil {
 		return err
 	}
+	if err := c.checkOffload(); err != nil {
+		return err
+	}
 	if err := c.Devices.validate(c.Batch, c.MicroBatches); err != nil {
 		return err
 	}
@@ -126,7 +133,8 @@ type Trainer struct {
 	Backend backends.Backend
 	Ctx     *context.Context
 	exec    *context.Exec
-	layout  *layout // how a distributed step places its tensors; nil on one device
+	layout  *layout        // how a distributed step places its tensors; nil on one device
+	offload *offloadedStep // with Config.Offload "optimizer", instead of exec
 }
 
 // New validates config and prepares a trainer of the tutorial's model config.Model whose variables
@@ -189,14 +197,20 @@ func (t *Trainer) StepFn() accum.StepFn {
 	}
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		g := inputs[0].Graph()
-		ctx.SetTraining(g, true)
-		mixed.SetPolicy(ctx, c.Policy)
-		remat.SetBlocks(ctx, remat.With(c.RematPolicy), c.RematBlocks...)
+		t.setForModel(ctx, g)
 		c.Schedule.Apply(ctx, g)
 		r := chain.Step(ctx, inputs, t.Model.Loss)
 		finite := optim.Finite(ctx, g)
 		return append(r.Outputs(), r.Count, finite, movingAverage(ctx, g, r.Loss, finite))
 	}
+}
+
+// setForModel sets what the model's layers read from the context: training mode, the precision
+// policy and the remat blocks.
+func (t *Trainer) setForModel(ctx *context.Context, g *graph.Graph) {
+	ctx.SetTraining(g, true)
+	mixed.SetPolicy(ctx, t.Config.Policy)
+	remat.SetBlocks(ctx, remat.With(t.Config.RematPolicy), t.Config.RematBlocks...)
 }
 
 // Names of the moving-average loss's state, in MeanLossScope.
@@ -270,10 +284,11 @@ func (t *Trainer) Chain() (*optim.Chain, error) {
 const StepName = "train_step"
 
 // Program builds the train step for analysis (graph.Analyze, graph.CompileProgram) on the trainer's
-// backend, in a fresh context: nothing runs and the trainer's own state is untouched.
+// backend, in a fresh context: nothing runs and the trainer's own state is untouched. With the
+// optimizer offloaded it is the backend's part of the step (DeviceStepFn).
 func (t *Trainer) Program() (*ograph.Program, error) {
 	ctx := context.New()
-	return ograph.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.StepFn())
+	return ograph.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.DeviceStepFn())
 }
 
 // StepMetrics are one step's results.
@@ -304,6 +319,9 @@ func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 // run executes the step on batch, compiling it first if needed, and returns its outputs and the
 // graph that ran.
 func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+	if t.Config.Offload == OffloadOptimizer {
+		return t.runOffloaded(batch)
+	}
 	if t.exec == nil {
 		exec, err := t.newExec()
 		if err != nil {
@@ -358,6 +376,10 @@ func (t *Trainer) Close() {
 	if t.exec != nil {
 		t.exec.Finalize()
 		t.exec = nil
+	}
+	if t.offload != nil {
+		t.offload.finalize()
+		t.offload = nil
 	}
 }
 

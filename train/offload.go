@@ -1,0 +1,384 @@
+package train
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/optim"
+)
+
+// Optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload "optimizer" a
+// step runs as two programs on one context. The device program (on the trainer's backend)
+// computes the loss, the metrics and the float32 gradients (Chain.Gradients); the host program,
+// on the embedded backend, applies the schedule, the loss-scale check, the optimizer
+// (Chain.ApplyGradients) and the moving-average loss, so the optimizer's moments and counters are
+// created, kept and updated in host memory only. Per step the updated parameters go to the device
+// and the gradients come back; the loss scale (a scalar) is the only other state both use.
+//
+// GoMLX v0.26.0 binds a tensor to one backend: a variable both programs use is brought back to
+// local memory (Tensor.ToLocal) before the other program runs, and sent on with
+// Tensor.MaterializeOnDevice.
+
+// Values of Config.Offload.
+const (
+	OffloadNone      = "none"
+	OffloadOptimizer = "optimizer"
+)
+
+// checkOffload refuses an unknown Config.Offload and the combinations the offloaded step does not
+// support.
+func (c Config) checkOffload() error {
+	switch c.Offload {
+	case "", OffloadNone:
+		return nil
+	case OffloadOptimizer:
+		if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
+			return fmt.Errorf("--offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
+				"keep the parameters in float32 (--policy params=float32,...)", p)
+		}
+		if c.Devices.Distributed() {
+			return fmt.Errorf("--offload optimizer with --devices %d: the offloaded update feeds one device; use --devices 1, "+
+				"or keep the state on the devices and split it with --shard optimizer", c.Devices.Count)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown offload %q: use %s or %s", c.Offload, OffloadNone, OffloadOptimizer)
+}
+
+// OffloadStats are the traffic of an offloaded step and its time.
+type OffloadStats struct {
+	// BytesToDevice are the variables sent to the device (the updated parameters, and the loss
+	// scale when there is one); BytesToHost the gradients brought back (and any shared variable
+	// the device held without a host copy). The step's scalar outputs are not counted.
+	BytesToDevice int64 `json:"bytes_to_device"`
+	BytesToHost   int64 `json:"bytes_to_host"`
+	// TransferSeconds is the time spent moving them; HostSeconds the host update's time.
+	TransferSeconds float64 `json:"transfer_seconds"`
+	HostSeconds     float64 `json:"host_seconds"`
+}
+
+// OffloadStats returns the last step's traffic when the optimizer is offloaded, zero otherwise.
+func (t *Trainer) OffloadStats() OffloadStats {
+	if t.offload == nil {
+		return OffloadStats{}
+	}
+	return t.offload.last
+}
+
+// DeviceStepFn is the part of the step that runs on the trainer's backend: StepFn itself, or with
+// the optimizer offloaded the loss, metrics and count, with each parameter's float32 gradient
+// written over the parameter (so that XLA reuses the parameter's buffer for it: the device holds
+// the parameters or their gradients, never both, and no optimizer state). Give it to
+// graph.ContextProgram to analyze what the device holds.
+func (t *Trainer) DeviceStepFn() accum.StepFn {
+	if t.Config.Offload != OffloadOptimizer {
+		return t.StepFn()
+	}
+	chain, err := t.Chain()
+	if err != nil {
+		panic(err) // NewFor validated the config
+	}
+	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+		t.setForModel(ctx, inputs[0].Graph())
+		r := chain.Gradients(ctx, inputs, t.Model.Loss)
+		for i, v := range r.Variables {
+			v.SetValueGraph(graph.ConvertDType(r.Gradients[i], v.DType()))
+		}
+		return append(r.Outputs(), r.Count)
+	}
+}
+
+// hostUpdateFn is the host's part of an offloaded step. Its inputs are the device's loss, count
+// and gradients of trainable; it updates the variables and returns the step's finite flag and
+// the moving-average loss, as StepFn does.
+func (t *Trainer) hostUpdateFn(trainable []*context.Variable) accum.StepFn {
+	chain, err := t.Chain()
+	if err != nil {
+		panic(err)
+	}
+	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+		loss, count, grads := inputs[0], inputs[1], inputs[2:]
+		g := loss.Graph()
+		for _, v := range trainable {
+			v.ValueGraph(g) // in use, so that ApplyGradients pairs them with grads in this order
+		}
+		t.Config.Schedule.Apply(ctx, g)
+		chain.ApplyGradients(ctx, g, grads, count, loss.DType())
+		finite := optim.Finite(ctx, g)
+		return []*graph.Node{finite, movingAverage(ctx, g, loss, finite)}
+	}
+}
+
+// HostUpdateProgram builds, for analysis, the offloaded update on backend (the embedded one,
+// where it runs) in ctx, after a program of DeviceStepFn was built in ctx: its state parameters
+// are what host memory holds besides the parameters and gradients.
+func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Context) (*ograph.Program, error) {
+	var trainable []*context.Variable
+	inputs := []shapes.Shape{shapes.Make(dtypes.Float32), shapes.Make(dtypes.Float32)} // loss, count
+	for v := range ctx.IterVariables() {
+		if v.Trainable {
+			trainable = append(trainable, v)
+			inputs = append(inputs, shapes.Make(wideDType(v.DType()), v.Shape().Dimensions...))
+		}
+	}
+	if len(trainable) == 0 {
+		return nil, fmt.Errorf("the host update: build the device's step (DeviceStepFn) in the context first")
+	}
+	return ograph.ContextProgram(backend, ctx, "host_update", inputs, t.hostUpdateFn(trainable))
+}
+
+func wideDType(d dtypes.DType) dtypes.DType {
+	if d == dtypes.Float64 {
+		return d
+	}
+	return dtypes.Float32
+}
+
+// offloadedStep runs the two programs of an offloaded step.
+type offloadedStep struct {
+	host                 backends.Backend
+	deviceExec, hostExec *context.Exec
+	// deviceVars and hostVars are the variables each program uses; trainable the parameters, in
+	// the order of the host's gradients.
+	deviceVars, hostVars map[*context.Variable]bool
+	trainable            []*context.Variable
+	grads                []*tensors.Tensor // the device's gradients of the last step
+	last                 OffloadStats
+}
+
+// newOffloadedStep prepares the two programs: it builds each once, without compiling, to create
+// and initialize its variables on its own backend (the parameters on the device, the optimizer
+// state on the host) and to learn which variables each uses. (GoMLX's Exec.PreCompile would
+// donate the buffers of the variables a program changes without running it.)
+func (t *Trainer) newOffloadedStep() (*offloadedStep, error) {
+	host, err := ograph.NewBackend("go")
+	if err != nil {
+		return nil, fmt.Errorf("--offload optimizer: the host backend: %w", err)
+	}
+	o := &offloadedStep{host: host}
+	if err := o.prepare(t); err != nil {
+		host.Finalize()
+		return nil, err
+	}
+	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.DeviceStepFn()))
+	if err != nil {
+		host.Finalize()
+		return nil, err
+	}
+	o.deviceExec = o.deviceExec.WithName(StepName)
+	o.hostExec, err = context.NewExec(host, t.Ctx, t.hostUpdateFn(o.trainable))
+	if err != nil {
+		o.deviceExec.Finalize()
+		host.Finalize()
+		return nil, err
+	}
+	o.hostExec = o.hostExec.WithName("host_update")
+	return o, nil
+}
+
+func (o *offloadedStep) prepare(t *Trainer) error {
+	// The programs find the variables these builds create, as after a checkpoint.
+	t.Ctx = t.Ctx.Checked(false)
+	device, err := ograph.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.DeviceStepFn())
+	if err != nil {
+		return err
+	}
+	o.deviceVars = variablesUsedBy(t.Ctx, device.Graph)
+	o.trainable = accum.TrainableVariables(t.Ctx, device.Graph)
+	device.Graph.Finalize()
+	if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
+		return fmt.Errorf("initializing the variables on the device: %w", err)
+	}
+	host, err := t.HostUpdateProgram(o.host, t.Ctx)
+	if err != nil {
+		return err
+	}
+	o.hostVars = variablesUsedBy(t.Ctx, host.Graph)
+	host.Graph.Finalize()
+	if err := t.Ctx.InitializeVariables(o.host, nil); err != nil {
+		return fmt.Errorf("initializing the optimizer's state on the host: %w", err)
+	}
+	return nil
+}
+
+// variablesUsedBy lists the variables g uses.
+func variablesUsedBy(ctx *context.Context, g *graph.Graph) map[*context.Variable]bool {
+	used := map[*context.Variable]bool{}
+	for v := range ctx.IterVariables() {
+		if v.InUseByGraph(g) {
+			used[v] = true
+		}
+	}
+	return used
+}
+
+// unbind brings the values of the non-trainable variables in vars that another backend than b
+// holds back to local memory (GoMLX ties a tensor to one backend; b's executor places them) and
+// returns the bytes that crossed: those of which the other backend held the only copy.
+func unbind(ctx *context.Context, vars map[*context.Variable]bool, b backends.Backend) (int64, error) {
+	var moved int64
+	for v := range ctx.IterVariables() {
+		if v.Trainable || !vars[v] || !v.HasValue() {
+			continue
+		}
+		value, err := v.Value()
+		if err != nil {
+			return moved, err
+		}
+		if !value.IsOnAnyDevice() {
+			continue
+		}
+		if on, err := value.Backend(); err != nil || on == b {
+			continue
+		}
+		if !value.HasLocal() && !value.IsShared() {
+			moved += int64(value.Memory())
+		}
+		if err := value.ToLocal(); err != nil {
+			return moved, fmt.Errorf("moving %s off its backend: %w", v.ScopeAndName(), err)
+		}
+	}
+	return moved, nil
+}
+
+// step runs the device program on args, brings the gradients to the host and runs the update
+// there. It returns StepFn's outputs (loss, metrics, count, finite flag, mean loss) and the
+// device's graph.
+func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args []any) ([]*tensors.Tensor, *graph.Graph, error) {
+	var stats OffloadStats
+	// The host keeps the parameters (its master copy); the device gets a copy, which the step
+	// consumes.
+	start := time.Now()
+	masters := make([]*tensors.Tensor, len(o.trainable))
+	for i, v := range o.trainable {
+		master, err := v.Value()
+		if err != nil {
+			return nil, nil, err
+		}
+		if on, err := master.Backend(); err == nil && on == device {
+			if err := master.ToLocal(); err != nil { // freshly initialized on the device
+				return nil, nil, err
+			}
+		}
+		clone, err := master.OnDeviceClone(device, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sending %s to the device: %w", v.ScopeAndName(), err)
+		}
+		stats.BytesToDevice += int64(clone.Memory())
+		masters[i] = master
+		if err := v.SetValuePreservingOld(clone); err != nil {
+			return nil, nil, err
+		}
+	}
+	n, err := unbind(ctx, o.deviceVars, device)
+	if err != nil {
+		return nil, nil, err
+	}
+	stats.BytesToDevice += n
+	stats.TransferSeconds = time.Since(start).Seconds()
+
+	reported, g, err := o.deviceExec.ExecWithGraph(args...)
+	restoreErr := o.restore(masters)
+	if err != nil {
+		return nil, nil, err
+	}
+	if restoreErr != nil {
+		return nil, nil, restoreErr
+	}
+	for _, r := range reported {
+		// Reading the step's results waits for the device to finish, so what follows times the
+		// transfer alone.
+		if err := r.ToLocal(); err != nil {
+			return nil, nil, err
+		}
+	}
+	start = time.Now()
+	hostArgs := []any{reported[0], reported[len(reported)-1]} // loss, count
+	grads := o.grads
+	for i, g := range grads {
+		if err := g.ToLocal(); err != nil {
+			return nil, nil, fmt.Errorf("moving the gradient of %s to the host: %w", o.trainable[i].ScopeAndName(), err)
+		}
+		stats.BytesToHost += int64(g.Memory())
+		hostArgs = append(hostArgs, g)
+	}
+	if n, err = unbind(ctx, o.hostVars, o.host); err != nil {
+		return nil, nil, err
+	}
+	stats.BytesToHost += n
+	stats.TransferSeconds += time.Since(start).Seconds()
+
+	start = time.Now()
+	hostOuts, err := o.hostExec.Exec(hostArgs...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
+	}
+	stats.HostSeconds = time.Since(start).Seconds()
+	for _, g := range grads {
+		g.FinalizeAll()
+	}
+	o.last = stats
+	return append(reported, hostOuts...), g, nil
+}
+
+// restore takes the gradients the device step left in the parameters' variables (o.grads) and
+// gives the variables their master copies back.
+func (o *offloadedStep) restore(masters []*tensors.Tensor) error {
+	o.grads = make([]*tensors.Tensor, len(o.trainable))
+	var firstErr error
+	for i, v := range o.trainable {
+		if grad, err := v.Value(); err == nil {
+			o.grads[i] = grad
+		} else if firstErr == nil {
+			firstErr = err
+		}
+		if err := v.SetValuePreservingOld(masters[i]); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+func (o *offloadedStep) finalize() {
+	o.deviceExec.Finalize()
+	o.hostExec.Finalize()
+	o.host.Finalize()
+}
+
+// runOffloaded is run for an offloaded optimizer.
+func (t *Trainer) runOffloaded(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+	if t.offload == nil {
+		o, err := t.newOffloadedStep()
+		if err != nil {
+			return nil, nil, err
+		}
+		t.offload = o
+	}
+	args, err := t.stepArgs(batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	var (
+		outs []*tensors.Tensor
+		g    *graph.Graph
+	)
+	err = ograph.CatchPanic(func() {
+		var err error
+		if outs, g, err = t.offload.step(t.Ctx, t.Backend, args); err != nil {
+			panic(err)
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("train step %d: %w", t.GlobalStep()+1, err)
+	}
+	return outs, g, nil
+}

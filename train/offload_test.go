@@ -1,0 +1,181 @@
+package train_test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/train"
+)
+
+// offloadConfig is the tiny GPT with one block in float32 (dropout as the preset has it) and 2
+// micro-batches: small enough to run a few steps twice per backend.
+func offloadConfig(t *testing.T) train.Config {
+	c := tinyConfig(t)
+	c.Policy, _ = mixed.ParsePolicy("float32")
+	c.MicroBatches, c.GPT.MicroBatch = 2, 2
+	c.GPT.Layers = 1
+	return c
+}
+
+// runOffload trains config up to step `to` (resuming from dir when it holds a checkpoint) and
+// returns the open trainer and its history.
+func runOffload(t *testing.T, backend backends.Backend, config train.Config, to int, dir string) (*train.Trainer, *train.History) {
+	t.Helper()
+	tr, err := train.New(backend, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tr.Run(data, train.RunOptions{Steps: to, CheckpointDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, h
+}
+
+// TestOffloadMatchesDeviceUpdate: with the optimizer offloaded to the host (the embedded backend),
+// the losses, skipped steps and moving-average losses equal those of the same run updated on the
+// device: bit for bit when the device is the embedded backend too (same math), within 1e-6
+// relative on XLA. Per step the parameters go to the device and their gradients come back,
+// nothing else (no loss scale here); with a loss scale so large that every gradient overflows,
+// both skip every step.
+func TestOffloadMatchesDeviceUpdate(t *testing.T) {
+	cases := []struct{ optimizer, lossScale string }{
+		{train.OptimizerAdam, "none"},
+		{train.OptimizerAdam8bit, "dynamic"},
+		{train.OptimizerAdam, "static=3e38"}, // every step's gradients overflow: all skipped
+	}
+	for _, backend := range backendtest.All() {
+		for _, c := range cases {
+			if backend != backendtest.Embedded() && c != cases[0] {
+				continue // each XLA case compiles four programs: one case is enough to show its rounding
+			}
+			t.Run(fmt.Sprintf("%s/%s/%s", backend.Name(), c.optimizer, c.lossScale), func(t *testing.T) {
+				config := offloadConfig(t)
+				config.Optimizer, config.LossScale = c.optimizer, c.lossScale
+				plain, want := runOffload(t, backend, config, 3, "")
+				defer plain.Close()
+				config.Offload = train.OffloadOptimizer
+				offloaded, got := runOffload(t, backend, config, 3, "")
+				defer offloaded.Close()
+				if backend != backendtest.Embedded() {
+					compiledStepShrinks(t, plain, offloaded)
+				}
+				tol := 0.0
+				if backend != backendtest.Embedded() {
+					tol = 1e-6
+				}
+				for i, w := range want.Steps {
+					g := got.Steps[i]
+					if g.Skipped != w.Skipped || (c.lossScale == "static=3e38") != g.Skipped {
+						t.Errorf("step %d: skipped %v offloaded, %v on the device", i+1, g.Skipped, w.Skipped)
+					}
+					for name, pair := range map[string][2]float64{"loss": {g.Loss, w.Loss}, "mean loss": {g.MeanLoss, w.MeanLoss}} {
+						if rel := math.Abs(pair[0]-pair[1]) / math.Abs(pair[1]); rel > tol || math.IsNaN(pair[0]) != math.IsNaN(pair[1]) {
+							t.Errorf("step %d: %s %.9g offloaded, %.9g on the device (rel. %.2g > %g)", i+1, name, pair[0], pair[1], rel, tol)
+						}
+					}
+				}
+				if c.lossScale != "none" {
+					return
+				}
+				stats := got.Offload
+				params := 4 * config.GPT.Params()
+				if stats == nil || stats.BytesToDevice != params || stats.BytesToHost != params {
+					t.Fatalf("offload stats %+v: want the %d bytes of parameters to the device and of gradients back", stats, params)
+				}
+				t.Logf("per step %d bytes each way, %.1f ms moving, %.1f ms host update", params, 1e3*stats.TransferSeconds, 1e3*stats.HostSeconds)
+			})
+		}
+	}
+}
+
+// compiledStepShrinks checks, on XLA, that the device's compiled step with the optimizer
+// offloaded holds less than the whole step by the optimizer state's bytes: exactly in its
+// arguments (the resident state), and within 10% of them in XLA's total (arguments, outputs not
+// aliased to them, temporaries), where the device's schedule differs a little.
+func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
+	data, err := train.NewSyntheticTokens(plain.Config.Batch, plain.Config.GPT.SeqLen, plain.Config.GPT.Vocab, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled := func(tr *train.Trainer) *ograph.CompiledMemory {
+		_, m, err := tr.StepCompiled(data.Batch(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	whole, device := compiled(plain), compiled(offloaded)
+	var state int64
+	for v := range offloaded.Ctx.IterVariables() {
+		if !v.Trainable && v.Shape().Rank() > 0 && v.Name() != context.RNGStateVariableName {
+			state += int64(v.Shape().Memory())
+		}
+	}
+	t.Logf("XLA's compiled step: whole %+v (total %d), device's with the optimizer offloaded %+v (total %d); optimizer state %d bytes",
+		*whole, whole.TotalBytes(), *device, device.TotalBytes(), state)
+	if whole.ArgumentBytes-device.ArgumentBytes < state {
+		t.Errorf("the device's step takes %d bytes of arguments less than the whole step's, want at least the optimizer state's %d",
+			whole.ArgumentBytes-device.ArgumentBytes, state)
+	}
+	if saved := whole.TotalBytes() - device.TotalBytes(); float64(saved) < 0.9*float64(state) {
+		t.Errorf("offloading the optimizer saves %d bytes of XLA's compiled step, want about the optimizer state's %d", saved, state)
+	}
+}
+
+// TestOffloadResumeIsExact: an offloaded run stopped after 2 steps and resumed from its
+// checkpoint ends with the losses and state of an uninterrupted offloaded run, bit for bit.
+func TestOffloadResumeIsExact(t *testing.T) {
+	config := offloadConfig(t)
+	config.Offload, config.Optimizer, config.LossScale = train.OffloadOptimizer, train.OptimizerAdam8bit, "dynamic"
+	straightTrainer, straight := runOffload(t, embedded(), config, 4, filepath.Join(t.TempDir(), "straight"))
+	defer straightTrainer.Close()
+	dir := filepath.Join(t.TempDir(), "resumed")
+	first, head := runOffload(t, embedded(), config, 2, dir)
+	first.Close()
+	resumedTrainer, tail := runOffload(t, embedded(), config, 4, dir)
+	defer resumedTrainer.Close()
+	resumed := append(head.Steps, tail.Steps...)
+	for i := range straight.Steps {
+		w, g := straight.Steps[i], resumed[i]
+		if math.Float64bits(w.Loss) != math.Float64bits(g.Loss) || math.Float64bits(w.MeanLoss) != math.Float64bits(g.MeanLoss) {
+			t.Errorf("step %d: uninterrupted loss %v (mean %v), resumed %v (mean %v)", i+1, w.Loss, w.MeanLoss, g.Loss, g.MeanLoss)
+		}
+	}
+	want, got := state(t, straightTrainer.Ctx), state(t, resumedTrainer.Ctx)
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok || !w.Equal(g) {
+			t.Errorf("%s differs after resuming", name)
+		}
+	}
+}
+
+// TestOffloadRefusesSeveralDevices: the offloaded update feeds one device; several are refused
+// before anything is built, naming both flags.
+func TestOffloadRefusesSeveralDevices(t *testing.T) {
+	config := offloadConfig(t)
+	config.Offload = train.OffloadOptimizer
+	config.Devices = train.Devices{Count: 2}
+	if _, err := train.New(embedded(), config); err == nil {
+		t.Fatal("--offload optimizer with --devices 2 was accepted")
+	} else {
+		t.Log(err)
+	}
+	config.Devices, config.Offload = train.Devices{}, "moments"
+	if _, err := train.New(embedded(), config); err == nil {
+		t.Fatal(`offload "moments" was accepted`)
+	}
+}
