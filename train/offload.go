@@ -51,7 +51,7 @@ func (c Config) checkOffload() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown offload %q: use %s or %s", c.Offload, OffloadNone, OffloadOptimizer)
+	return fmt.Errorf("unknown --offload %q: use %s or %s", c.Offload, OffloadNone, OffloadOptimizer)
 }
 
 // OffloadStats are the traffic of an offloaded step and its time.

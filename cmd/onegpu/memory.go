@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -70,6 +71,7 @@ type memoryReport struct {
 	Policy        string           `json:"policy"`
 	Remat         string           `json:"remat"`
 	Optimizer     string           `json:"optimizer"`
+	Offload       string           `json:"offload"`
 	MicroBatches  int              `json:"microbatches"`
 	Batch         int              `json:"batch"`
 	Gradients     string           `json:"gradients"`
@@ -90,9 +92,12 @@ type memoryReport struct {
 	XLA               *compiledJSON `json:"xla_compiled,omitempty"`
 	Residuals         *remat.Report `json:"remat_residuals,omitempty"`
 	Devices           *devicesJSON  `json:"devices,omitempty"`
-	Timeline          []int64       `json:"-"`
-	breakdownByKind   [5]int64
-	residualDetail    bool
+	// Host is what host memory holds with the optimizer offloaded; the rest of the report is then
+	// the device's step.
+	Host            *hostJSON `json:"host,omitempty"`
+	Timeline        []int64   `json:"-"`
+	breakdownByKind [5]int64
+	residualDetail  bool
 }
 
 type tensorJSON struct {
@@ -138,17 +143,18 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	step := trainer.StepFn()
+	step := trainer.DeviceStepFn()
 	if o.stockGradients {
 		step = withStockGradients(step)
 	}
-	p, err := ograph.ContextProgram(backend, context.New(), stepName, trainer.InputShapes(), step)
+	ctx := context.New()
+	p, err := ograph.ContextProgram(backend, ctx, stepName, trainer.InputShapes(), step)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	r := &memoryReport{Optimizer: config.Optimizer,
+	r := &memoryReport{Optimizer: cmp.Or(config.Optimizer, train.OptimizerAdam), Offload: cmp.Or(config.Offload, train.OffloadNone),
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
@@ -195,12 +201,60 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 			AliasBytes: compiled.AliasBytes, TemporaryBytes: compiled.TemporaryBytes, CodeBytes: compiled.CodeBytes,
 			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO, Census: newCensus(hloDir, dumped, os.Stderr)}
 	}
+	if config.Offload == train.OffloadOptimizer {
+		if r.Host, err = analyzeHost(trainer, ctx); err != nil {
+			return nil, err
+		}
+	}
 	if config.Devices.Distributed() {
 		if err := r.addDevices(trainer); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// hostJSON is what host memory holds when the optimizer is offloaded: the parameters (the master
+// copy the update reads and writes), the gradients it receives, the optimizer's state, and the
+// peak of the update program (all of them together with its temporaries).
+type hostJSON struct {
+	Parameters     int64 `json:"parameters"`
+	Gradients      int64 `json:"gradients"`
+	OptimizerState int64 `json:"optimizer_state"`
+	PeakBytes      int64 `json:"peak_bytes"`
+}
+
+// analyzeHost builds the offloaded update on the embedded backend in ctx, where the device's step
+// was built, and accounts for what it holds.
+func analyzeHost(trainer *train.Trainer, ctx *context.Context) (*hostJSON, error) {
+	host, err := ograph.NewBackend("go")
+	if err != nil {
+		return nil, err
+	}
+	defer host.Finalize()
+	p, err := trainer.HostUpdateProgram(host, ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Graph.Finalize()
+	h := &hostJSON{PeakBytes: ograph.Analyze(p).PeakBytes}
+	for _, n := range p.Graph.Nodes() {
+		if n.Type() != graph.NodeTypeParameter {
+			continue
+		}
+		bytes := int64(n.Shape().Memory())
+		switch {
+		case p.Trainable[n.Id()]:
+			h.Parameters += bytes
+		case p.State[n.Id()]:
+			if n.Shape().Rank() > 0 { // not the step counters, learning rate or loss scale
+				h.OptimizerState += bytes
+			}
+		case n.Shape().Rank() > 0:
+			h.Gradients += bytes
+		}
+	}
+	return h, nil
 }
 
 // stepName names the analyzed train step's graph (and XLA's HLO module).
@@ -221,6 +275,9 @@ type compiledJSON struct {
 
 func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "train step (%s) of the %s; %s gradient rules\n", r.Optimizer, r.Model, r.Gradients)
+	if r.Host != nil {
+		fmt.Fprintln(w, "optimizer offloaded to the host: what follows is the device's step (loss and gradients); the host's part is at the end")
+	}
 	fmt.Fprintf(w, "backend %s\n", r.Backend)
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
@@ -260,6 +317,15 @@ func (r *memoryReport) writeText(w io.Writer) {
 		b := r.breakdownByKind[k]
 		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(atPeak, 1)),
 			strings.Repeat("█", int(40*b/max(atPeak, 1))))
+	}
+	if h := r.Host; h != nil {
+		fmt.Fprintln(w, "\nin host memory (the offloaded optimizer; per step the parameters go to the device and the gradients come back):")
+		for _, row := range []struct {
+			name  string
+			bytes int64
+		}{{"parameters", h.Parameters}, {"gradients", h.Gradients}, {"optimizer_state", h.OptimizerState}, {"update peak", h.PeakBytes}} {
+			fmt.Fprintf(w, "  %-16s %10s\n", row.name, ograph.FormatBytes(row.bytes))
+		}
 	}
 	fmt.Fprintln(w, "\nlargest buffers alive at the peak:")
 	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")

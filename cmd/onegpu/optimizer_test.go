@@ -37,3 +37,38 @@ func TestMemoryAdam8bit(t *testing.T) {
 		t.Errorf("8-bit Adam: optimizer %q, peak %d bytes vs Adam's %d", eight.Optimizer, eight.PeakBytes, adam.PeakBytes)
 	}
 }
+
+// TestMemoryOffloadOptimizer: with the optimizer offloaded, the device's step holds no optimizer
+// state and its peak drops by Adam's moments; the host section holds them, the parameters and the
+// gradients (float32, as many bytes as the parameters).
+func TestMemoryOffloadOptimizer(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	report := func(args ...string) memoryReport {
+		var out bytes.Buffer
+		if err := runMemory(append([]string{"--model", "gpt", "--preset", "small", "--json"}, args...), &out); err != nil {
+			t.Fatal(err)
+		}
+		var r memoryReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	whole, device := report(), report("--offload", "optimizer")
+	moments := 2 * 4 * whole.Params
+	if device.Offload != "optimizer" || device.Breakdown["optimizer_state"] != 0 || device.Host == nil {
+		t.Fatalf("offloaded: offload %q, device optimizer state %d bytes, host %+v: want optimizer, 0 and a host section",
+			device.Offload, device.Breakdown["optimizer_state"], device.Host)
+	}
+	h := device.Host
+	if h.OptimizerState != moments || h.Parameters != 4*whole.Params || h.Gradients != 4*whole.Params {
+		t.Errorf("host holds %+v, want optimizer state %d and parameters and gradients %d bytes each", *h, moments, 4*whole.Params)
+	}
+	if h.PeakBytes < h.Parameters+h.Gradients+h.OptimizerState {
+		t.Errorf("host update's peak %d is less than what it holds", h.PeakBytes)
+	}
+	if saved := whole.PeakBytes - device.PeakBytes; saved < moments {
+		t.Errorf("the device's peak drops by %d bytes, want at least the moments' %d", saved, moments)
+	}
+}

@@ -27,7 +27,7 @@ type setup struct {
 	batch, microBatches                                           int
 	learningRate, dropout                                         float64
 	devices                                                       int
-	shard, optimizer                                              string
+	shard, optimizer, offload                                     string
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
 	fs                                                            *flag.FlagSet
@@ -45,6 +45,7 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.Float64Var(&s.dropout, "dropout", 0, "dropout rate while training, in [0, 1); 0 makes runs with different micro-batches comparable (default: the model's, 0.1 for the GPT presets and the MLP)")
 	fs.StringVar(&s.lossScale, "loss-scale", "none", "loss scaling: none, dynamic or static=N")
 	fs.StringVar(&s.optimizer, "optimizer", "adam", "optimizer: adam, or adam8bit (Adam with block-wise 8-bit moments: a quarter of the state)")
+	fs.StringVar(&s.offload, "offload", "none", "offload: none, or optimizer (the optimizer's state and update live in host memory, on the embedded backend; the device computes loss and gradients)")
 	fs.Uint64Var(&s.seed, "seed", 42, "seed of the initial weights, dropout and data")
 	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the warm-up/exponential-decay schedule, positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
@@ -102,7 +103,7 @@ func (s *setup) config() (train.Config, error) {
 		}
 		return c, err
 	}
-	c.LossScale, c.Seed, c.Optimizer = s.lossScale, s.seed, s.optimizer
+	c.LossScale, c.Seed, c.Optimizer, c.Offload = s.lossScale, s.seed, s.optimizer, s.offload
 	policy, rematSpec := c.Policy.String(), c.Remat.String()
 	if s.policy != "" {
 		policy = s.policy
