@@ -9,8 +9,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gomlx/gomlx/backends"
+
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/train"
 )
 
 func init() {
@@ -29,6 +32,7 @@ func runPlan(args []string, w io.Writer) error {
 	tflopsF32 := fs.Float64("tflops-f32", plan.A5000.Float32, "assumed float32 throughput in TFLOP/s (default: an RTX A5000, the tutorial's 24 GB GPU)")
 	tflopsBF16 := fs.Float64("tflops-bf16", plan.A5000.BFloat16, "assumed bfloat16 tensor-core throughput in TFLOP/s")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
+	largest := fs.Bool("largest", false, "instead of planning --preset, find the largest GPT of the tutorial's shape (scaled in layers and hidden size) whose step fits the budget, with the tutorial's techniques and with 8-bit Adam + optimizer offload")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -67,6 +71,16 @@ func runPlan(args []string, w io.Writer) error {
 		return err
 	}
 	defer backend.Finalize()
+	if *largest {
+		if maxDevices > 1 || set["optimizer"] || set["offload"] {
+			return fmt.Errorf("--largest compares one device with the tutorial's techniques and with --optimizer adam8bit --offload optimizer itself: drop --devices, --optimizer and --offload")
+		}
+		var progress io.Writer = os.Stderr
+		if *asJSON {
+			progress = nil
+		}
+		return planLargest(w, backend, base, budget, spec.Kind == "xla", *asJSON, progress)
+	}
 	if maxDevices > 1 {
 		return planDevices(w, backend, spec, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, maxDevices, *asJSON)
 	}
@@ -152,4 +166,43 @@ func parseBytes(s string) (int64, error) {
 		return max(int64(bytes), 1), nil
 	}
 	return math.MaxInt64, nil
+}
+
+// planLargest answers plan --largest: the two largest models side by side.
+func planLargest(w io.Writer, backend backends.Backend, base train.Config, budget int64, compile, asJSON bool, progress io.Writer) error {
+	var rows []plan.Largest
+	for _, opts := range []plan.StateOptions{plan.TutorialTechniques, plan.StateTechniques} {
+		row, err := plan.LargestThatFits(backend, base, budget, opts, compile, progress)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row)
+	}
+	ratio := 0.0
+	if rows[0].Fits && rows[1].Fits {
+		ratio = float64(rows[1].Params) / float64(rows[0].Params)
+	}
+	if asJSON {
+		return writeJSON(w, struct {
+			BudgetBytes int64          `json:"budget_bytes"`
+			Memory      string         `json:"memory_from"`
+			Largest     []plan.Largest `json:"largest"`
+			ParamsRatio float64        `json:"params_ratio"`
+		}{budget, memorySource(compile), rows, ratio})
+	}
+	fmt.Fprintf(w, "largest GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64) whose step fits %s\n(memory from %s):\n\n",
+		ograph.FormatBytes(budget), memorySource(compile))
+	fmt.Fprintf(w, "  %-55s %6s %6s %16s %10s  %s\n", "options", "layers", "hidden", "parameters", "memory", "settings")
+	for _, r := range rows {
+		if !r.Fits {
+			fmt.Fprintf(w, "  %-55s nothing fits\n", r.Options.Name)
+			continue
+		}
+		fmt.Fprintf(w, "  %-55s %6d %6d %16s %10s  %s compute, remat %s, %d micro-batches\n", r.Options.Name, r.Layers, r.Hidden,
+			groupDigits(r.Params), ograph.FormatBytes(r.Memory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches)
+	}
+	if ratio > 0 {
+		fmt.Fprintf(w, "\nwith 8-bit Adam and the optimizer offloaded, %.2fx the parameters fit\n", ratio)
+	}
+	return nil
 }
