@@ -14,7 +14,10 @@
 #   3. onegpu compare on the tutorial's GPT (155,877,376 parameters, batch 64×512, 5 steps, dropout
 #      0): bfloat16 + remat of MLP and attention + 4 micro-batches (the tutorial's setup) first
 #   4. onegpu memory of the tutorial's step on XLA (XLA's compiled account next to onegpu's estimate)
-#   5. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left
+#   5. the tutorial's GPT with 8-bit Adam and with the optimizer offloaded to the host: memory
+#      (--json: breakdown_at_peak, xla_compiled, host) and 4 train steps each (--json: step time and,
+#      offloaded, the bytes moved per step and their time under "offload")
+#   6. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left
 #   Every compare table (and its JSON) holds both sides' aliased bytes and the census of the
 #   optimized HLO (converts, dots by operand types, fusions, copies, transposes, loops); memory
 #   prints onegpu's census: the GPU run tells the same story as `onegpu compare` on CPU.
@@ -204,6 +207,12 @@ compare() {
 BF16="--policy params=float32,compute=bfloat16,output=float32"
 compare compare-tutorial-bf16-remat 240 "--model gpt --preset tutorial $BF16 --remat mlp,attn --microbatches 4"
 run memory-tutorial 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN"
+# --- optimizer state: 8-bit Adam and host offload on the tutorial's GPT ------------------------
+run memory-tutorial-adam8bit 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN" --optimizer adam8bit --json
+run memory-tutorial-offload 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN" --offload optimizer --json
+run train-tutorial-adam 150 "$ONEGPU" train --model gpt --preset tutorial --backend "xla:$PLUGIN" --data synthetic --steps 4 --json
+run train-tutorial-adam8bit 150 "$ONEGPU" train --model gpt --preset tutorial --backend "xla:$PLUGIN" --data synthetic --steps 4 --optimizer adam8bit --json
+run train-tutorial-offload 180 "$ONEGPU" train --model gpt --preset tutorial --backend "xla:$PLUGIN" --data synthetic --steps 4 --offload optimizer --json
 compare compare-tutorial-f32 200 "--model gpt --preset tutorial --policy float32 --remat none --microbatches 4"
 compare compare-tutorial-bf16 180 "--model gpt --preset tutorial $BF16 --remat none --microbatches 4"
 compare compare-mlp 90 "--model mlp"
