@@ -8,13 +8,12 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 )
 
-// TestMemoryAdam8bit: on the small GPT, 8-bit Adam's state at the peak is about a quarter of
-// Adam's (2 bytes per element of the quantized tensors plus float32 scales and small tensors,
-// against two float32 moments).
-func TestMemoryAdam8bit(t *testing.T) {
+// smallMemoryReport returns a function that runs `onegpu memory --json` on the small GPT on the
+// embedded backend with more flags.
+func smallMemoryReport(t *testing.T) func(args ...string) memoryReport {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
-	report := func(args ...string) memoryReport {
+	return func(args ...string) memoryReport {
 		var out bytes.Buffer
 		if err := runMemory(append([]string{"--model", "gpt", "--preset", "small", "--json"}, args...), &out); err != nil {
 			t.Fatal(err)
@@ -25,6 +24,13 @@ func TestMemoryAdam8bit(t *testing.T) {
 		}
 		return r
 	}
+}
+
+// TestMemoryAdam8bit: on the small GPT, 8-bit Adam's state at the peak is about a quarter of
+// Adam's (2 bytes per element of the quantized tensors plus float32 scales and small tensors,
+// against two float32 moments).
+func TestMemoryAdam8bit(t *testing.T) {
+	report := smallMemoryReport(t)
 	adam, eight := report(), report("--optimizer", "adam8bit")
 	state := func(r memoryReport) int64 { return r.Breakdown["optimizer_state"] }
 	if want := 2 * 4 * adam.Params; state(adam) < want || state(adam) > want+1024 {
@@ -42,19 +48,7 @@ func TestMemoryAdam8bit(t *testing.T) {
 // state and its peak drops by Adam's moments; the host section holds them, the parameters and the
 // gradients (float32, as many bytes as the parameters).
 func TestMemoryOffloadOptimizer(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
-	report := func(args ...string) memoryReport {
-		var out bytes.Buffer
-		if err := runMemory(append([]string{"--model", "gpt", "--preset", "small", "--json"}, args...), &out); err != nil {
-			t.Fatal(err)
-		}
-		var r memoryReport
-		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	report := smallMemoryReport(t)
 	whole, device := report(), report("--offload", "optimizer")
 	moments := 2 * 4 * whole.Params
 	if device.Offload != "optimizer" || device.Breakdown["optimizer_state"] != 0 || device.Host == nil {
