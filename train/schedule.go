@@ -51,12 +51,21 @@ func (s Schedule) At(step int) float64 {
 
 // Apply sets the optimizer's learning-rate variable, in the graph, to the schedule's value at the
 // global step (the number of updates applied so far). GoMLX's optimizers read that variable.
+//
+// It computes in float32, with optax's formulas (linear_schedule's interpolation from the peak,
+// exponential_decay's power), as optax does: float64 here would put float64 scalar work into
+// every parameter's update fusion, which JAX's program does not have, for a learning rate the
+// float32 optimizer rounds to float32 anyway.
 func (s Schedule) Apply(ctx *context.Context, g *graph.Graph) {
-	step := graph.ConvertDType(optimizers.GetGlobalStepVar(ctx).ValueGraph(g), dtypes.Float64)
-	warm := graph.AddScalar(graph.MulScalar(step, (s.Peak-s.Init)/float64(max(s.WarmupSteps, 1))), s.Init)
-	decayed := graph.MulScalar(graph.Pow(graph.Scalar(g, dtypes.Float64, s.DecayRate),
+	f32 := dtypes.Float32
+	step := graph.ConvertDType(optimizers.GetGlobalStepVar(ctx).ValueGraph(g), f32)
+	// optax.linear_schedule: (init - peak)·(1 - step/warmup) + peak.
+	frac := graph.OneMinus(graph.DivScalar(step, float64(max(s.WarmupSteps, 1))))
+	warm := graph.AddScalar(graph.MulScalar(frac, s.Init-s.Peak), s.Peak)
+	// optax.exponential_decay: peak · rate^((step - warmup)/transition).
+	decayed := graph.MulScalar(graph.Pow(graph.Scalar(g, f32, s.DecayRate),
 		graph.DivScalar(graph.AddScalar(step, -float64(s.WarmupSteps)), float64(s.TransitionSteps))), s.Peak)
-	lr := graph.Where(graph.LessThan(step, graph.Scalar(g, dtypes.Float64, float64(s.WarmupSteps))), warm, decayed)
-	v := optimizers.LearningRateVar(ctx, dtypes.Float32, s.Peak)
+	lr := graph.Where(graph.LessThan(step, graph.Scalar(g, f32, float64(s.WarmupSteps))), warm, decayed)
+	v := optimizers.LearningRateVar(ctx, f32, s.Peak)
 	v.SetValueGraph(graph.ConvertDType(lr, v.Shape().DType))
 }

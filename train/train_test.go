@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
@@ -117,14 +118,29 @@ func TestScheduleMatchesOptax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for step := range 15 {
+	// The graph computes in float32, as optax does: its decay rate is 0.99 rounded to float32, an
+	// error that grows with the exponent (4.7e-6 relative after 500 updates). Against the float64
+	// reference of the same rounded constants it agrees to a few float32 roundings, over the
+	// warm-up and far into the decay.
+	rounded := s
+	rounded.Init, rounded.Peak = float64(float32(s.Init)), float64(float32(s.Peak))
+	rounded.DecayRate = float64(float32(s.DecayRate))
+	check := func(step int) {
 		out, err := exec.Exec()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := float64(out[0].Value().(float32)), s.At(step); math.Abs(got-want) > 1e-9 {
-			t.Errorf("update %d: learning rate %g, want %g", step, got, want)
+		got, want := float64(out[0].Value().(float32)), rounded.At(step)
+		if math.Abs(got-want) > 4e-7*want {
+			t.Errorf("update %d: learning rate %g, want %g (relative error %.2g)", step, got, want, math.Abs(got-want)/want)
 		}
+	}
+	for step := range 15 {
+		check(step)
+	}
+	for _, step := range []int{500, 3000} {
+		optimizers.GetGlobalStepVar(ctx).SetValue(tensors.FromValue(int64(step)))
+		check(step)
 	}
 }
 
