@@ -70,8 +70,10 @@ type compareOptions struct {
 	keep                  string
 	tolF32, tolBF16       float64
 	accumulate, layerDTyp string
-	asJSON                bool
-	jsonFile              string
+	// jaxRuntime is "plugin" (the reference runs on onegpu's PJRT plugin) or "own" (JAX's runtime).
+	jaxRuntime string
+	asJSON     bool
+	jsonFile   string
 	// memoryOnly compiles both sides' steps without training; hloDir is where XLA dumps
 	// onegpu's optimized step for the census (empty on the embedded backend).
 	memoryOnly bool
@@ -100,6 +102,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 	fs.Float64Var(&o.tolBF16, "tol-bf16", compareTolBF16, "largest relative loss difference that agrees, bfloat16 or float16 compute; at least 0")
 	fs.StringVar(&o.accumulate, "jax-accumulate", "auto", "the reference's micro-batch loop: auto (the tutorial's: scan for gpt, loop for mlp), loop or scan")
 	fs.StringVar(&o.layerDTyp, "jax-layer-dtypes", "flax", "where the reference's LayerNorm and Embed cast in bfloat16: flax (the tutorial's layers) or onegpu (onegpu's placement)")
+	fs.StringVar(&o.jaxRuntime, "jax-runtime", "plugin", "where the reference runs with an XLA backend: plugin (onegpu's PJRT plugin: one runtime for both sides, so step times compare the programs) or own (JAX's own runtime: on CPU jaxlib's built-in client, a different build)")
 	fs.BoolVar(&o.memoryOnly, "memory-only", false, "compile both sides' train steps without training: XLA's compiled memory, the HLO census and the build+compile time (minutes at tutorial scale)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.jsonFile, "json-file", "", "also write the JSON object to this file, with the tables on stdout (default: no file)")
@@ -121,7 +124,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 		name, value string
 		values      []string
 	}{{"data", o.data, []string{"synthetic", "text"}}, {"jax-accumulate", o.accumulate, []string{"auto", "loop", "scan"}},
-		{"jax-layer-dtypes", o.layerDTyp, []string{"flax", "onegpu"}}} {
+		{"jax-layer-dtypes", o.layerDTyp, []string{"flax", "onegpu"}}, {"jax-runtime", o.jaxRuntime, []string{"plugin", "own"}}} {
 		if !slices.Contains(enum.values, enum.value) {
 			return fmt.Errorf("unknown --%s %q: use %s", enum.name, enum.value, strings.Join(enum.values, ", "))
 		}
@@ -250,6 +253,7 @@ type compareSide struct {
 	Framework        string   `json:"framework"`
 	Version          string   `json:"jax,omitempty"`
 	Platform         string   `json:"platform,omitempty"`
+	Runtime          string   `json:"runtime,omitempty"` // the reference's: JAX's own, or onegpu's PJRT plugin
 	DeviceKind       string   `json:"device_kind,omitempty"`
 	Loss             floats   `json:"loss"`
 	Accuracy         floats   `json:"accuracy"`
@@ -352,7 +356,7 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 		return fail(err)
 	}
 	r.Ours = ours
-	theirs, err := runJAXSide(o, folder, false, progress)
+	theirs, err := runJAXSide(o, spec, folder, false, progress)
 	if err != nil {
 		return fail(err)
 	}

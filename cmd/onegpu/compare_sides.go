@@ -145,7 +145,7 @@ func compareCompiled(o compareOptions, r *compareResult, s *setup, config train.
 		return fail(err)
 	}
 	r.Ours = ours
-	theirs, err := runJAXSide(o, folder, true, progress)
+	theirs, err := runJAXSide(o, spec, folder, true, progress)
 	if err != nil {
 		return fail(err)
 	}
@@ -212,10 +212,14 @@ func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.H
 	return &c
 }
 
-// runJAXSide runs the reference on folder and reads its JSON; compileOnly compiles its step without training.
-func runJAXSide(o compareOptions, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
+// runJAXSide runs the reference on folder and reads its JSON; compileOnly compiles its step without
+// training. With an XLA backend and --jax-runtime plugin the reference runs on onegpu's PJRT plugin.
+func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
 	hlo := filepath.Join(folder, "jax_step.hlo.txt")
 	args := []string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp, "--hlo", hlo}
+	if ours.Kind == "xla" && o.jaxRuntime == "plugin" {
+		args = append(args, "--pjrt-plugin", ours.Plugin)
+	}
 	if compileOnly {
 		args = append(args, "--compile-only")
 	}

@@ -21,6 +21,9 @@ func (r *compareResult) writeTable(w io.Writer) {
 	n := len(o.Loss)
 	jaxName := fmt.Sprintf("JAX %s (%s)", j.Version, j.DeviceKind)
 	fmt.Fprintf(w, "onegpu: %s\n", r.Backend)
+	if j.Runtime != "" {
+		fmt.Fprintf(w, "JAX: %s\n", j.Runtime)
+	}
 	fmt.Fprintf(w, "%-32s %16s %16s %12s\n", "", "onegpu", "JAX", "onegpu/JAX")
 	row := func(name, ours, theirs, ratio string) {
 		fmt.Fprintf(w, "%-32s %16s %16s %12s\n", name, ours, theirs, ratio)

@@ -106,6 +106,10 @@ func TestCompareMemoryOnly(t *testing.T) {
 	if c.Ours.Census == nil || c.JAX.Census == nil || c.Ours.Census.Instructions == 0 || c.JAX.Census.Instructions == 0 {
 		t.Errorf("census missing: ours %+v, JAX %+v", c.Ours.Census, c.JAX.Census)
 	}
+	// By default the reference runs on onegpu's plugin: one runtime for both sides.
+	if real, _ := filepath.EvalSymlinks(plugin); !strings.Contains(c.JAX.Runtime, "pjrt plugin") || !strings.HasSuffix(c.JAX.Runtime, real) {
+		t.Errorf("the reference ran on %q, want onegpu's plugin %s", c.JAX.Runtime, real)
+	}
 }
 
 func stepRatio(c *compareResult) string {
@@ -172,6 +176,7 @@ func TestCompareConfigErrors(t *testing.T) {
 	}{
 		{[]string{"--configs", "tpu"}, `unknown --configs "tpu"`},
 		{[]string{"--steps", "0"}, "--steps 0"},
+		{[]string{"--jax-runtime", "cuda"}, `unknown --jax-runtime "cuda": use plugin, own`},
 		{[]string{"--script", "/nonexistent/tutorial.py"}, "--script"},
 	} {
 		args := append([]string{"--python", python, "--script", script}, tc.args...) // a later --script wins

@@ -1,6 +1,6 @@
 """JAX/Flax side of onegpu's side-by-side check: train the run onegpu exported, print one JSON object.
 
-    python reference/jax/tutorial.py DIR [--accumulate loop|scan] [--layer-dtypes flax|onegpu]
+    python reference/jax/tutorial.py DIR [--accumulate loop|scan] [--layer-dtypes flax|onegpu] [--pjrt-plugin PATH]
 
 DIR is what onegpu's train.Trainer.Export wrote (`onegpu compare` does it): config.json,
 params/<flax path>.npy (float32) and inputs.npy / labels.npy (the batches of every step, stacked).
@@ -48,6 +48,34 @@ REMAT_POLICIES = {
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "checkpoint_dots_with_no_batch_dims": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+
+
+PLUGIN_PLATFORM = "onegpu_pjrt"
+
+
+def use_pjrt_plugin(path):
+    """Runs JAX on the PJRT plugin at path (the one onegpu runs on) instead of its own runtime.
+
+    On CPU JAX's own runtime is jaxlib's built-in client, a different build from a PJRT CPU plugin
+    (the same program runs at different speeds on the two), so a side-by-side timing loads the
+    plugin here. A plugin JAX already loads itself (a jax_plugins package, e.g. the CUDA plugin) is
+    left to JAX: it is already the same runtime. Must run before JAX starts a backend. Returns what
+    the result names as the runtime.
+    """
+    real = os.path.realpath(path)
+    try:
+        import jax_plugins  # noqa: PLC0415 (namespace package of JAX's plugins, absent on CPU-only installs)
+
+        own = [os.path.realpath(d) for d in jax_plugins.__path__]
+    except ImportError:
+        own = []
+    if any(real.startswith(d + os.sep) for d in own):
+        return f"jax's own plugin {real}"
+    from jax._src import xla_bridge  # noqa: PLC0415
+
+    xla_bridge.register_plugin(PLUGIN_PLATFORM, library_path=real)
+    jax.config.update("jax_platforms", PLUGIN_PLATFORM)
+    return f"pjrt plugin {real}"
 
 
 def log(msg):
@@ -190,9 +218,12 @@ def main():
                     help="where LayerNorm and Embed cast in bfloat16: Flax's layers (the tutorial) or onegpu's placement")
     ap.add_argument("--steps", type=int, default=0, help="train this many steps (default: config.json's)")
     ap.add_argument("--hlo", default="", help="write the compiled step's optimized HLO (compiled.as_text()) to this file")
+    ap.add_argument("--pjrt-plugin", default="",
+                    help="run on this PJRT plugin (onegpu's) instead of JAX's own runtime (default: JAX's own)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the step and report its memory and compile time without training")
     args = ap.parse_args()
+    runtime = use_pjrt_plugin(args.pjrt_plugin) if args.pjrt_plugin else "jax's own"
 
     with open(os.path.join(args.folder, "config.json")) as f:
         cfg = json.load(f)
@@ -255,6 +286,7 @@ def main():
         "optax": optax.__version__,
         "platform": device.platform,
         "device_kind": device.device_kind,
+        "runtime": runtime,
         "accumulate": accumulate,
         "layer_dtypes": args.layer_dtypes,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
