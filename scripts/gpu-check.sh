@@ -196,12 +196,13 @@ run flags-presets 30 "$ONEGPU" flags --preset single-gpu-training --preset legac
 # --- side by side ---------------------------------------------------------------------------
 # Tolerances: bfloat16 keeps compare's default (1e-2). float32 is loosened from 1e-5 to 1e-4: on
 # an H200, XLA's default precision may run float32 matmuls on TF32 tensor cores (on both sides),
-# and cuBLAS/Triton choices differ between the two programs.
+# and cuBLAS/Triton choices differ between the two programs. --jax-runtime own: JAX's own CUDA
+# plugin is the file onegpu loads, so both sides already share one runtime.
 compare() {
 	local name=$1 limit=$2 config=$3 json
 	json="$OUT/$(printf '%02d' $((STEP_NO + 1)))-$name.json"
 	run "$name" "$limit" "$ONEGPU" compare --steps "$STEPS" --backend "xla:$PLUGIN" --python "$PYTHON" \
-		--tol-f32 1e-4 --json-file "$json" --config "$config"
+		--jax-runtime own --tol-f32 1e-4 --json-file "$json" --config "$config"
 }
 
 BF16="--policy params=float32,compute=bfloat16,output=float32"
