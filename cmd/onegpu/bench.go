@@ -4,14 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"time"
-
-	"github.com/gomlx/gomlx/backends"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
-	"github.com/onegpu/onegpu/train"
 )
 
 func init() {
@@ -23,18 +18,7 @@ func init() {
 }
 
 // benchRow is one configuration's results.
-type benchRow struct {
-	plan.Variant
-	plan.Estimate
-	// MeasuredPeakBytes is the heap peak above the step's inputs on the embedded backend (the
-	// least of two measured steps); 0 when not measured.
-	MeasuredPeakBytes int64   `json:"measured_peak_bytes,omitempty"`
-	StepSeconds       float64 `json:"step_seconds,omitempty"`
-	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
-	// Ratios to the first row (float32, no remat, 1 micro-batch).
-	PeakRatio, ActivationRatio, TimeRatio float64
-	Error                                 string `json:"error,omitempty"`
-}
+type benchRow = plan.Measured
 
 func runBench(args []string, w io.Writer) error {
 	fs := newFlagSet("bench", "[--preset P] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
@@ -77,10 +61,11 @@ func runBench(args []string, w io.Writer) error {
 		progress = io.Discard
 	}
 	fmt.Fprintf(progress, "benchmarking %s\non %s\n", describe(base), spec)
-	rows, err := benchGrid(backend, spec, base, *steps, *estimateOnly, progress)
-	if err != nil {
-		return err
+	opts := plan.BenchOptions{Steps: *steps, Compile: spec.Kind == "xla", MeasureHeap: spec.Kind == "go", Progress: progress}
+	if *estimateOnly {
+		opts.Steps = 0
 	}
+	rows := plan.Bench(backend, base, opts)
 	if *plotFile != "" {
 		if err := plotBench(*plotFile, modelTitle(base), rows); err != nil {
 			return err
@@ -98,98 +83,6 @@ func runBench(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "plot: %s\n", *plotFile)
 	}
 	return nil
-}
-
-// benchGrid estimates, and unless estimateOnly runs, every variant of the tutorial's grid.
-func benchGrid(backend backends.Backend, spec ograph.BackendSpec, base train.Config, steps int, estimateOnly bool, progress io.Writer) ([]benchRow, error) {
-	var rows []benchRow
-	for _, v := range plan.TutorialGrid() {
-		row := benchRow{Variant: v}
-		config, err := v.Apply(base)
-		if err == nil {
-			row.Estimate, err = plan.EstimateStep(backend, config, spec.Kind == "xla")
-		}
-		if err == nil && !estimateOnly {
-			err = timeSteps(backend, spec, config, steps, &row)
-		}
-		if err != nil {
-			row.Error = err.Error()
-		}
-		fmt.Fprintf(progress, "  %s  estimated peak %10s  %s\n", v, ograph.FormatBytes(row.PeakBytes), stepSummary(row))
-		rows = append(rows, row)
-	}
-	baseline := rows[0]
-	for i := range rows {
-		r := &rows[i]
-		r.PeakRatio = ratio(r.PeakBytes, baseline.PeakBytes)
-		r.ActivationRatio = ratio(r.ActivationBytes, baseline.ActivationBytes)
-		if baseline.StepSeconds > 0 {
-			r.TimeRatio = r.StepSeconds / baseline.StepSeconds
-		}
-	}
-	return rows, nil
-}
-
-// timeSteps runs steps train steps after a compiling one and records their median time and, on
-// the embedded backend, the heap peak of a step.
-func timeSteps(backend backends.Backend, spec ograph.BackendSpec, config train.Config, steps int, row *benchRow) error {
-	trainer, err := train.New(backend, config)
-	if err != nil {
-		return err
-	}
-	defer trainer.Close()
-	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
-	if err != nil {
-		return err
-	}
-	if _, err := trainer.Step(data.Batch(0)); err != nil { // compiles
-		return err
-	}
-	var times []float64
-	var count float64
-	for i := range steps {
-		start := time.Now()
-		m, err := trainer.Step(data.Batch(i + 1))
-		if err != nil {
-			return err
-		}
-		times = append(times, time.Since(start).Seconds())
-		count = m.Count
-	}
-	if len(times) > 0 {
-		slices.Sort(times)
-		row.StepSeconds = times[len(times)/2]
-		row.TokensPerSecond = count / row.StepSeconds
-	}
-	if spec.Kind == "go" {
-		for range 2 { // the least of two: freed buffers awaiting a collection only add
-			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(data.Batch(0)); return err })
-			if err != nil {
-				return err
-			}
-			if row.MeasuredPeakBytes == 0 || h.AboveBaseline() < row.MeasuredPeakBytes {
-				row.MeasuredPeakBytes = h.AboveBaseline()
-			}
-		}
-	}
-	return nil
-}
-
-func stepSummary(r benchRow) string {
-	switch {
-	case r.Error != "":
-		return "error: " + r.Error
-	case r.StepSeconds > 0:
-		return fmt.Sprintf("step %.2fs", r.StepSeconds)
-	}
-	return ""
-}
-
-func ratio(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
 }
 
 func writeBenchTable(w io.Writer, rows []benchRow, xla bool) {

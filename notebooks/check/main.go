@@ -1,34 +1,57 @@
 // Command check reads notebooks executed by jupyter nbconvert and fails when one of them shows a failure
-// that nbconvert itself lets pass.
+// that nbconvert itself lets pass or, with -committed, when its outputs drifted from the committed ones.
 //
-//	go run ./notebooks/check out/notebooks/*.ipynb
+//	go run ./notebooks/check -committed notebooks out/notebooks/*.ipynb
 //
 // nbconvert stops with an error when a Go cell fails to compile, panics or times out, but GoNB reports a
 // failing shell line (`!cmd`, `!*cmd`) only by printing "exit status N", and a notebook written with
 // --allow-errors keeps error outputs. So a notebook fails the check when a code cell was not executed,
 // when an output is an error, or when an output's text has a line that is "exit status N" or starts with
 // "panic: ", "fatal error: " or GoNB's "ERROR: ".
+//
+// With -committed DIR, each executed notebook is also compared with DIR's notebook of the same name,
+// the one it was executed from: a code cell whose outputs differ, after the run-to-run values
+// declared in masks.go are masked, fails the check (notebooks/run --update rewrites the committed
+// outputs from an execution).
 package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: check EXECUTED.ipynb...")
+	committed := flag.String("committed", "", "folder of the committed notebooks the executed ones must match (masked)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: check [-committed DIR] EXECUTED.ipynb...")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() < 1 {
+		flag.Usage()
 		os.Exit(2)
 	}
 	failed := false
-	for _, path := range os.Args[1:] {
+	for _, path := range flag.Args() {
 		data, err := os.ReadFile(path)
 		if err == nil {
 			var problems []string
-			if problems, err = check(data); err == nil {
+			if problems, err = check(data); err == nil && *committed != "" {
+				var original []byte
+				if original, err = os.ReadFile(filepath.Join(*committed, filepath.Base(path))); err == nil {
+					var drifted []string
+					if drifted, err = drift(original, data); len(drifted) > 0 {
+						problems = append(problems, drifted...)
+						problems = append(problems, "outputs drifted from the committed ones: if the change is meant, run notebooks/run --update and commit the notebook")
+					}
+				}
+			}
+			if err == nil {
 				for _, p := range problems {
 					fmt.Printf("%s: %s\n", path, p)
 				}
@@ -49,12 +72,24 @@ func main() {
 
 // notebook is the part of the .ipynb format the check reads.
 type notebook struct {
-	Cells []struct {
-		Type           string   `json:"cell_type"`
-		Source         text     `json:"source"`
-		ExecutionCount *int     `json:"execution_count"`
-		Outputs        []output `json:"outputs"`
-	} `json:"cells"`
+	Cells []cell `json:"cells"`
+}
+
+type cell struct {
+	Type           string   `json:"cell_type"`
+	Source         text     `json:"source"`
+	ExecutionCount *int     `json:"execution_count"`
+	Outputs        []output `json:"outputs"`
+}
+
+func unmarshalNotebook(data []byte, nb *notebook) error {
+	if err := json.Unmarshal(data, nb); err != nil {
+		return fmt.Errorf("not a notebook: %w", err)
+	}
+	if len(nb.Cells) == 0 {
+		return fmt.Errorf("not a notebook: no cells")
+	}
+	return nil
 }
 
 type output struct {
@@ -88,11 +123,8 @@ var failureLine = regexp.MustCompile(`^(exit status \d+|panic: .*|fatal error: .
 // check returns the failures an executed notebook shows, one line each, or an error when it is not a notebook.
 func check(data []byte) ([]string, error) {
 	var nb notebook
-	if err := json.Unmarshal(data, &nb); err != nil {
-		return nil, fmt.Errorf("not a notebook: %w", err)
-	}
-	if len(nb.Cells) == 0 {
-		return nil, fmt.Errorf("not a notebook: no cells")
+	if err := unmarshalNotebook(data, &nb); err != nil {
+		return nil, err
 	}
 	var problems []string
 	code := 0

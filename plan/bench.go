@@ -1,0 +1,134 @@
+package plan
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/gomlx/gomlx/backends"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train"
+)
+
+// Measured is one configuration of a benchmarked grid: its estimate and, when its steps ran,
+// their time (and on the embedded backend their heap peak).
+type Measured struct {
+	Variant
+	Estimate
+	// MeasuredPeakBytes is the heap peak above the step's inputs on the embedded backend (the
+	// least of two measured steps); 0 when not measured.
+	MeasuredPeakBytes int64   `json:"measured_peak_bytes,omitempty"`
+	StepSeconds       float64 `json:"step_seconds,omitempty"`
+	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
+	// Ratios to the first row (float32, no remat, 1 micro-batch).
+	PeakRatio, ActivationRatio, TimeRatio float64
+	Error                                 string `json:"error,omitempty"`
+}
+
+// BenchOptions says how Bench measures each configuration.
+type BenchOptions struct {
+	// Steps is the number of timed steps (after one that compiles); 0 runs nothing (estimates only).
+	Steps int
+	// Compile also compiles each step for XLA's memory statistics (an XLA backend).
+	Compile bool
+	// MeasureHeap measures each step's heap peak (the embedded backend).
+	MeasureHeap bool
+	// Progress, when set, gets one line per configuration.
+	Progress io.Writer
+}
+
+// Bench estimates every variant of TutorialGrid applied to base (a GPT config) and, with
+// opts.Steps > 0, runs and times it on synthetic tokens; ratios are to the first row. A
+// configuration that fails carries its error and the others still run.
+func Bench(backend backends.Backend, base train.Config, opts BenchOptions) []Measured {
+	var rows []Measured
+	for _, v := range TutorialGrid() {
+		row := Measured{Variant: v}
+		config, err := v.Apply(base)
+		if err == nil {
+			row.Estimate, err = EstimateStep(backend, config, opts.Compile)
+		}
+		if err == nil && opts.Steps > 0 {
+			err = timeSteps(backend, config, opts, &row)
+		}
+		if err != nil {
+			row.Error = err.Error()
+		}
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "  %s  estimated peak %10s  %s\n", v, ograph.FormatBytes(row.PeakBytes), row.summary())
+		}
+		rows = append(rows, row)
+	}
+	baseline := rows[0]
+	for i := range rows {
+		r := &rows[i]
+		r.PeakRatio = ratio(r.PeakBytes, baseline.PeakBytes)
+		r.ActivationRatio = ratio(r.ActivationBytes, baseline.ActivationBytes)
+		if baseline.StepSeconds > 0 {
+			r.TimeRatio = r.StepSeconds / baseline.StepSeconds
+		}
+	}
+	return rows
+}
+
+// timeSteps runs opts.Steps train steps after a compiling one and records their median time and,
+// with opts.MeasureHeap, the heap peak of a step.
+func timeSteps(backend backends.Backend, config train.Config, opts BenchOptions, row *Measured) error {
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return err
+	}
+	defer trainer.Close()
+	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	if err != nil {
+		return err
+	}
+	if _, err := trainer.Step(data.Batch(0)); err != nil { // compiles
+		return err
+	}
+	var times []float64
+	var count float64
+	for i := range opts.Steps {
+		start := time.Now()
+		m, err := trainer.Step(data.Batch(i + 1))
+		if err != nil {
+			return err
+		}
+		times = append(times, time.Since(start).Seconds())
+		count = m.Count
+	}
+	slices.Sort(times)
+	row.StepSeconds = times[len(times)/2]
+	row.TokensPerSecond = count / row.StepSeconds
+	if opts.MeasureHeap {
+		for range 2 { // the least of two: freed buffers awaiting a collection only add
+			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(data.Batch(0)); return err })
+			if err != nil {
+				return err
+			}
+			if row.MeasuredPeakBytes == 0 || h.AboveBaseline() < row.MeasuredPeakBytes {
+				row.MeasuredPeakBytes = h.AboveBaseline()
+			}
+		}
+	}
+	return nil
+}
+
+func (r Measured) summary() string {
+	switch {
+	case r.Error != "":
+		return "error: " + r.Error
+	case r.StepSeconds > 0:
+		return fmt.Sprintf("step %.2fs", r.StepSeconds)
+	}
+	return ""
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
