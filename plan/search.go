@@ -35,6 +35,12 @@ type Candidate struct {
 // step time, then memory, with Fits (memory within budget bytes) and Pareto set. Variants whose
 // micro-batches do not divide the batch are left out.
 func Search(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, error) {
+	return SearchOver(SearchGrid(base.Batch), backend, base, budget, rate, compile)
+}
+
+// SearchOver is Search over the given variants instead of SearchGrid's (e.g. a part of it, to
+// plan faster: the steps with many micro-batches are the largest graphs to build).
+func SearchOver(variants []Variant, backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, error) {
 	if base.Model != "gpt" {
 		return nil, fmt.Errorf("model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
 	}
@@ -42,7 +48,7 @@ func Search(backend backends.Backend, base train.Config, budget int64, rate Thro
 		return nil, fmt.Errorf("throughputs %g (float32) and %g (bfloat16) TFLOP/s must be positive", rate.Float32, rate.BFloat16)
 	}
 	var rows []Candidate
-	for _, v := range SearchGrid(base.Batch) {
+	for _, v := range variants {
 		config, err := v.Apply(base)
 		if err != nil {
 			continue // a micro-batch count that does not divide the batch
