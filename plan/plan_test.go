@@ -180,3 +180,19 @@ func mustApply(t *testing.T, v plan.Variant, base train.Config) train.Config {
 	}
 	return c
 }
+// TestSearchOver: a search over chosen variants estimates those and no others, fastest first,
+// with the smallest of the fastest on the Pareto front and Fits against the budget.
+func TestSearchOver(t *testing.T) {
+	gpt, _ := plan.Defaults("gpt", "tiny")
+	variants := []plan.Variant{{Compute: "float32", Remat: "mlp,attn", MicroBatches: 1}, {Compute: "float32", Remat: "none", MicroBatches: 4}}
+	rows, err := plan.SearchOver(variants, backendtest.Embedded(), gpt, 1<<40, plan.A5000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Variant != variants[1] || rows[1].Variant != variants[0] {
+		t.Fatalf("rows %+v, want the two variants, the one without remat (fewer FLOPs) first", rows)
+	}
+	if !rows[0].Pareto || !rows[0].Fits || !(rows[0].Seconds < rows[1].Seconds) {
+		t.Errorf("first row %+v: want it on the front, fitting 1 TiB, faster than the second", rows[0])
+	}
+}

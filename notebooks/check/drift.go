@@ -10,7 +10,7 @@ import (
 // concatenated (GoNB flushes a stream in chunks whose boundaries vary from run to run, and the two
 // streams interleave as they arrive), and its displayed results in order, each by its MIME types
 // and its text. Images are compared by their presence only: their pixels are not text, and a
-// chart's numbers are printed beside it.
+// chart's key numbers are printed beside it.
 type cellOutputs struct {
 	stdout, stderr string
 	displays       []string

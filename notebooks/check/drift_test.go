@@ -53,14 +53,7 @@ func TestDrift(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(problems) != len(tc.want) {
-				t.Fatalf("problems %q, want %d matching %q", problems, len(tc.want), tc.want)
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(problems[i], w) {
-					t.Errorf("problem %d is %q, want it to contain %q", i, problems[i], w)
-				}
-			}
+			wantProblems(t, problems, tc.want)
 		})
 	}
 }

@@ -34,14 +34,7 @@ func TestCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(problems) != len(tc.want) {
-				t.Fatalf("problems %q, want %d matching %q", problems, len(tc.want), tc.want)
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(problems[i], w) {
-					t.Errorf("problem %d is %q, want it to contain %q", i, problems[i], w)
-				}
-			}
+			wantProblems(t, problems, tc.want)
 		})
 	}
 }
@@ -50,6 +43,19 @@ func TestCheckRejectsNonNotebooks(t *testing.T) {
 	for _, data := range []string{"", "{}", `{"cells": []}`, `{"cells": [{"cell_type": "markdown", "source": "x"}]}`, "not json"} {
 		if _, err := check([]byte(data)); err == nil {
 			t.Errorf("check(%q) accepted it", data)
+		}
+	}
+}
+
+// wantProblems fails t unless problems are as many as want and each contains its want.
+func wantProblems(t *testing.T, problems, want []string) {
+	t.Helper()
+	if len(problems) != len(want) {
+		t.Fatalf("problems %q, want %d matching %q", problems, len(want), want)
+	}
+	for i, w := range want {
+		if !strings.Contains(problems[i], w) {
+			t.Errorf("problem %d is %q, want it to contain %q", i, problems[i], w)
 		}
 	}
 }
