@@ -180,6 +180,7 @@ func mustApply(t *testing.T, v plan.Variant, base train.Config) train.Config {
 	}
 	return c
 }
+
 // TestSearchOver: a search over chosen variants estimates those and no others, fastest first,
 // with the smallest of the fastest on the Pareto front and Fits against the budget.
 func TestSearchOver(t *testing.T) {
