@@ -124,3 +124,31 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 	}
 	return row, nil // fitting probes only grow, so the row is low's
 }
+
+// StateLadder is what SearchState tries, in order, until a configuration fits: Adam on the device
+// (the tutorial's), 8-bit Adam, 8-bit Adam with the optimizer offloaded to the host. Each rung
+// costs some time the FLOP-based estimate does not see (the quantization, then the transfers and
+// the host's update), so the first rung that fits is the answer.
+var StateLadder = []StateOptions{
+	TutorialTechniques,
+	{"+ 8-bit Adam", train.OptimizerAdam8bit, train.OffloadNone},
+	StateTechniques,
+}
+
+// SearchState is Search over the rungs of StateLadder: it returns the candidates of the first
+// rung on which one fits, and that rung; when none fits anywhere, the last rung's (the
+// smallest).
+func SearchState(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, StateOptions, error) {
+	for i, opts := range StateLadder {
+		c := base
+		c.Optimizer, c.Offload = opts.Optimizer, opts.Offload
+		rows, err := Search(backend, c, budget, rate, compile)
+		if err != nil {
+			return nil, opts, err
+		}
+		if Fastest(rows) >= 0 || i == len(StateLadder)-1 {
+			return rows, opts, nil
+		}
+	}
+	panic("unreachable: the ladder is not empty")
+}

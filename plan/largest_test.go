@@ -56,3 +56,41 @@ func TestLargestThatFits(t *testing.T) {
 	t.Logf("%d layers × %d (%d params) vs %d layers × %d (%d params)", tutorial.Layers, tutorial.Hidden, tutorial.Params,
 		state.Layers, state.Hidden, state.Params)
 }
+
+// TestSearchStateClimbsTheLadder: on a budget just under what Adam on the device needs at the
+// least, the search answers with 8-bit Adam; just under that rung's least, with the optimizer
+// offloaded; and each answer fits.
+func TestSearchStateClimbsTheLadder(t *testing.T) {
+	backend := backendtest.Embedded()
+	base, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Batch, base.MicroBatches, base.GPT.MicroBatch = 2, 1, 1 // a grid of 20 variants
+	least := func(rows []plan.Candidate) int64 {
+		m := rows[0].Memory()
+		for _, r := range rows {
+			m = min(m, r.Memory())
+		}
+		return m
+	}
+	budget := int64(1 << 40)
+	for rung := 1; rung < len(plan.StateLadder); rung++ {
+		below := plan.StateLadder[rung-1]
+		c := base
+		c.Optimizer, c.Offload = below.Optimizer, below.Offload
+		rows, err := plan.Search(backend, c, budget, plan.A5000, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget = least(rows) - 1
+		rows, got, err := plan.SearchState(backend, base, budget, plan.A5000, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := plan.Fastest(rows)
+		if got != plan.StateLadder[rung] || best < 0 || rows[best].Memory() > budget {
+			t.Errorf("budget %d (just under %s's least): answered %s with best %d, want %s fitting", budget, below.Name, got.Name, best, plan.StateLadder[rung].Name)
+		}
+	}
+}

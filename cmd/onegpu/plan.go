@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -84,19 +85,27 @@ func runPlan(args []string, w io.Writer) error {
 	if maxDevices > 1 {
 		return planDevices(w, backend, spec, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, maxDevices, *asJSON)
 	}
-	rows, err := plan.Search(backend, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, spec.Kind == "xla")
+	rate := plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}
+	var rows []plan.Candidate
+	state := plan.StateOptions{Name: "--optimizer " + base.Optimizer + " --offload " + base.Offload, Optimizer: base.Optimizer, Offload: base.Offload}
+	if set["optimizer"] || set["offload"] {
+		rows, err = plan.Search(backend, base, budget, rate, spec.Kind == "xla")
+	} else { // Adam on the device first, then 8-bit Adam, then the optimizer offloaded
+		rows, state, err = plan.SearchState(backend, base, budget, rate, spec.Kind == "xla")
+	}
 	if err != nil {
 		return err
 	}
 	best := plan.Fastest(rows)
 	if *asJSON {
 		out := struct {
-			Config      string           `json:"config"`
-			Backend     string           `json:"backend"`
-			BudgetBytes int64            `json:"budget_bytes"`
-			Best        *plan.Candidate  `json:"best"`
-			Rows        []plan.Candidate `json:"rows"`
-		}{Config: describe(base), Backend: spec.String(), BudgetBytes: budget, Rows: rows}
+			Config      string            `json:"config"`
+			Backend     string            `json:"backend"`
+			BudgetBytes int64             `json:"budget_bytes"`
+			State       plan.StateOptions `json:"state_options"`
+			Best        *plan.Candidate   `json:"best"`
+			Rows        []plan.Candidate  `json:"rows"`
+		}{Config: describe(base), Backend: spec.String(), BudgetBytes: budget, State: state, Rows: rows}
 		if best >= 0 {
 			out.Best = &rows[best]
 		}
@@ -106,8 +115,9 @@ func runPlan(args []string, w io.Writer) error {
 		describe(base), ograph.FormatBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
 	if best >= 0 {
 		b := rows[best]
-		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n\n",
+		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n",
 			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.Memory()), b.Seconds)
+		fmt.Fprintf(w, "optimizer:         %s\n\n", describeState(state))
 	} else {
 		smallest := rows[0]
 		for _, r := range rows {
@@ -115,9 +125,9 @@ func runPlan(args []string, w io.Writer) error {
 				smallest = r
 			}
 		}
-		fmt.Fprintf(w, "nothing fits: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
+		fmt.Fprintf(w, "nothing fits, even with %s: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
 			"use more micro-batches (--batch must stay divisible), a smaller --preset, or a larger device\n\n",
-			smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
+			describeState(state), smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
 	fmt.Fprintf(w, "  %-8s %-9s %3s %12s %10s %s\n", "compute", "remat", "k", "memory", "step", "fits")
@@ -205,4 +215,13 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 		fmt.Fprintf(w, "\nwith 8-bit Adam and the optimizer offloaded, %.2fx the parameters fit\n", ratio)
 	}
 	return nil
+}
+
+// describeState says where the optimizer's state lives and how it is stored, with the flags.
+func describeState(s plan.StateOptions) string {
+	where := "on the device"
+	if s.Offload == train.OffloadOptimizer {
+		where = "offloaded to the host"
+	}
+	return fmt.Sprintf("%s %s (--optimizer %s --offload %s)", s.Optimizer, where, s.Optimizer, cmp.Or(s.Offload, train.OffloadNone))
 }

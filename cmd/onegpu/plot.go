@@ -6,6 +6,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -15,19 +16,34 @@ import (
 
 // plotLoss writes the loss per step of a run to a PNG file.
 func plotLoss(file, title string, h *train.History) error {
+	return plotLosses(file, title, []string{""}, []*train.History{h})
+}
+
+// plotLosses writes the losses per step of several runs, one line each with its name in the
+// legend, to a PNG file.
+func plotLosses(file, title string, names []string, histories []*train.History) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = "training loss"
-	points := make(plotter.XYs, len(h.Steps))
-	for i, s := range h.Steps {
-		points[i].X, points[i].Y = float64(s.Step), s.Loss
+	p.Add(plotter.NewGrid())
+	for i, h := range histories {
+		points := make(plotter.XYs, len(h.Steps))
+		for j, s := range h.Steps {
+			points[j].X, points[j].Y = float64(s.Step), s.Loss
+		}
+		line, err := plotter.NewLine(points)
+		if err != nil {
+			return fmt.Errorf("plotting the loss: %w", err)
+		}
+		line.Color = plotutil.Color(i)
+		line.Dashes = plotutil.Dashes(i)
+		p.Add(line)
+		if names[i] != "" {
+			p.Legend.Add(names[i], line)
+		}
 	}
-	line, err := plotter.NewLine(points)
-	if err != nil {
-		return fmt.Errorf("plotting the loss: %w", err)
-	}
-	p.Add(line, plotter.NewGrid())
+	p.Legend.Top = true
 	if err := p.Save(8*vg.Inch, 4*vg.Inch, file); err != nil {
 		return fmt.Errorf("writing the loss curve to %s: %w", file, err)
 	}
