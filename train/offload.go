@@ -304,12 +304,12 @@ func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args
 	start = time.Now()
 	hostArgs := []any{reported[0], reported[len(reported)-1]} // loss, count
 	grads := o.grads
-	for i, g := range grads {
-		if err := g.ToLocal(); err != nil {
+	for i, grad := range grads {
+		if err := grad.ToLocal(); err != nil {
 			return nil, nil, fmt.Errorf("moving the gradient of %s to the host: %w", o.trainable[i].ScopeAndName(), err)
 		}
-		stats.BytesToHost += int64(g.Memory())
-		hostArgs = append(hostArgs, g)
+		stats.BytesToHost += int64(grad.Memory())
+		hostArgs = append(hostArgs, grad)
 	}
 	if n, err = unbind(ctx, o.hostVars, o.host); err != nil {
 		return nil, nil, err
@@ -323,8 +323,8 @@ func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args
 		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
 	}
 	stats.HostSeconds = time.Since(start).Seconds()
-	for _, g := range grads {
-		g.FinalizeAll()
+	for _, grad := range grads {
+		grad.FinalizeAll()
 	}
 	o.last = stats
 	return append(reported, hostOuts...), g, nil
