@@ -64,6 +64,9 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s/%s", backend.Name(), c.optimizer, c.lossScale), func(t *testing.T) {
 				config := offloadConfig(t)
 				config.Optimizer, config.LossScale = c.optimizer, c.lossScale
+				if backend != backendtest.Embedded() {
+					config.MicroBatches, config.GPT.MicroBatch = 1, 1 // half the graph for XLA to compile
+				}
 				plain, want := runOffload(t, backend, config, 3, "")
 				defer plain.Close()
 				config.Offload = train.OffloadOptimizer
@@ -102,9 +105,11 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 }
 
 // compiledStepShrinks checks, on XLA, that the device's compiled step with the optimizer
-// offloaded holds less than the whole step by the optimizer state's bytes: exactly in its
-// arguments (the resident state), and within 10% of them in XLA's total (arguments, outputs not
-// aliased to them, temporaries), where the device's schedule differs a little.
+// offloaded holds less than the whole step by at least the optimizer state's bytes, in its
+// arguments (the resident state) and in XLA's total (arguments, outputs not aliased to them,
+// temporaries). (With 2 micro-batches the device's temporaries grow by a tenth of the state at
+// this size: its gradients, all alive at the end, outlive the whole step's; on the tutorial's GPT
+// with 4 the total still drops by 1.008x the state.)
 func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
 	data, err := train.NewSyntheticTokens(plain.Config.Batch, plain.Config.GPT.SeqLen, plain.Config.GPT.Vocab, 3)
 	if err != nil {
@@ -130,8 +135,8 @@ func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
 		t.Errorf("the device's step takes %d bytes of arguments less than the whole step's, want at least the optimizer state's %d",
 			whole.ArgumentBytes-device.ArgumentBytes, state)
 	}
-	if saved := whole.TotalBytes() - device.TotalBytes(); float64(saved) < 0.9*float64(state) {
-		t.Errorf("offloading the optimizer saves %d bytes of XLA's compiled step, want about the optimizer state's %d", saved, state)
+	if saved := whole.TotalBytes() - device.TotalBytes(); saved < state {
+		t.Errorf("offloading the optimizer saves %d bytes of XLA's compiled step, want at least the optimizer state's %d", saved, state)
 	}
 }
 
