@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -29,9 +30,9 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 	g := x.Graph()
 	width, seq := x.Shape().Dim(-1), x.Shape().Dim(1)
 	qkv := DenseGeneral(ctx.In("qkv"), x, 1, heads, 3*headDim) // [b, t, h, 3d]
-	q := graph.SliceAxis(qkv, -1, graph.AxisRange(0, headDim))
-	k := graph.SliceAxis(qkv, -1, graph.AxisRange(headDim, 2*headDim))
-	v := graph.SliceAxis(qkv, -1, graph.AxisRange(2*headDim, 3*headDim))
+	// jnp.split's gradient: one concatenate of the three cotangents, not three padded sums.
+	parts := ograph.SplitAxis(qkv, -1, 3)
+	q, k, v := parts[0], parts[1], parts[2]
 
 	q = mixed.Cast(graph.MulScalar(q, 1/math.Sqrt(float64(headDim))), softmaxDType)
 	k = mixed.Cast(k, softmaxDType)
