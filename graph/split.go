@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 )
 
@@ -28,7 +29,6 @@ func SplitAxis(x *graph.Node, axis, n int) []*graph.Node {
 	if adjusted < 0 || adjusted >= x.Rank() || n < 1 || x.Shape().Dimensions[adjusted]%n != 0 {
 		panic(fmt.Sprintf("ograph.SplitAxis: cannot split axis %d of %s into %d equal parts", axis, x.Shape(), n))
 	}
-	g := x.Graph()
 	size := x.Shape().Dimensions[adjusted] / n
 	cotangents := make([]*graph.Node, n)
 	entry := graph.IdentityWithCustomGradient(x, func(_, _ *graph.Node) *graph.Node {
@@ -42,17 +42,7 @@ func SplitAxis(x *graph.Node, axis, n int) []*graph.Node {
 		clear(cotangents) // a later graph.Gradient of the same graph collects its own
 		return graph.Concatenate(parts, adjusted)
 	})
-	// tie is an exact zero computed from the entry: it puts the entry on every part's path to
-	// the loss. XLA folds it away (Where of a constant false).
-	first := entry
-	if !first.IsScalar() {
-		specs := make([]graph.SliceAxisSpec, first.Rank())
-		for i := range specs {
-			specs[i] = graph.AxisElem(0)
-		}
-		first = graph.Reshape(graph.Slice(first, specs...))
-	}
-	tie := graph.Where(graph.Const(g, false), first, graph.ScalarZero(g, x.DType()))
+	tie := ZeroTiedTo(entry, x.DType())
 	value := graph.StopGradient(x)
 	outs := make([]*graph.Node, n)
 	for i := range n {
@@ -63,4 +53,21 @@ func SplitAxis(x *graph.Node, axis, n int) []*graph.Node {
 		})
 	}
 	return outs
+}
+
+// ZeroTiedTo returns an exact zero scalar of dtype computed from x's first element: it puts x on
+// the gradient path of whatever it is added to without changing a value, which is how a custom
+// gradient built on IdentityWithCustomGradient reaches an entry node. XLA folds it away (a select
+// on a constant false).
+func ZeroTiedTo(x *graph.Node, dtype dtypes.DType) *graph.Node {
+	g := x.Graph()
+	first := x
+	if !first.IsScalar() {
+		specs := make([]graph.SliceAxisSpec, first.Rank())
+		for i := range specs {
+			specs[i] = graph.AxisElem(0)
+		}
+		first = graph.Reshape(graph.Slice(first, specs...))
+	}
+	return graph.Where(graph.Const(g, false), graph.ConvertDType(first, dtype), graph.ScalarZero(g, dtype))
 }

@@ -2,6 +2,8 @@ package mixed
 
 import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Island gradients. Differentiating an island op by op would keep its float32 intermediates (the
@@ -23,7 +25,6 @@ import (
 // which delivers it to x. The ops of the tie's own gradient are never used, so no backend runs
 // them.
 func withGradient(x, value *graph.Node, grad func(out, v *graph.Node) *graph.Node) *graph.Node {
-	g := value.Graph()
 	var dx *graph.Node
 	entry := graph.IdentityWithCustomGradient(x, func(_, _ *graph.Node) *graph.Node {
 		if dx == nil {
@@ -31,16 +32,7 @@ func withGradient(x, value *graph.Node, grad func(out, v *graph.Node) *graph.Nod
 		}
 		return dx
 	})
-	first := entry
-	if !first.IsScalar() {
-		specs := make([]graph.SliceAxisSpec, first.Rank())
-		for i := range specs {
-			specs[i] = graph.AxisElem(0)
-		}
-		first = graph.Reshape(graph.Slice(first, specs...))
-	}
-	zero := graph.ScalarZero(g, value.DType())
-	tie := graph.Where(graph.Const(g, false), graph.ConvertDType(first, value.DType()), zero)
+	tie := ograph.ZeroTiedTo(entry, value.DType())
 	sum := graph.Add(graph.StopGradient(value), tie)
 	return graph.IdentityWithCustomGradient(sum, func(out, v *graph.Node) *graph.Node {
 		dx = graph.ConvertDType(grad(out, v), x.DType())
