@@ -45,22 +45,11 @@ func fourDevices(t testing.TB) backends.Backend {
 	return backend
 }
 
-// runLosses trains config from scratch up to step `to` (after resuming from dir, when it holds a
-// checkpoint) and returns the trainer (still open) and the losses of the steps it ran.
+// runLosses trains config up to step `to` as runOffload does and returns the trainer (still open)
+// and the losses of the steps it ran.
 func runLosses(t *testing.T, backend backends.Backend, config train.Config, to int, dir string) (*train.Trainer, []float64) {
 	t.Helper()
-	tr, err := train.New(backend, config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := tr.Run(data, train.RunOptions{Steps: to, CheckpointDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, h := runOffload(t, backend, config, to, dir)
 	var losses []float64
 	for _, m := range h.Steps {
 		losses = append(losses, m.Loss)

@@ -25,8 +25,8 @@ func offloadConfig(t *testing.T) train.Config {
 	return c
 }
 
-// runOffload trains config up to step `to` (resuming from dir when it holds a checkpoint) and
-// returns the open trainer and its history.
+// runOffload trains config (offloaded or not) from scratch up to step `to`, after resuming from
+// dir when it holds a checkpoint, and returns the open trainer and its history.
 func runOffload(t *testing.T, backend backends.Backend, config train.Config, to int, dir string) (*train.Trainer, *train.History) {
 	t.Helper()
 	tr, err := train.New(backend, config)
