@@ -69,7 +69,10 @@ func (Classifier) MetricNames() []string { return []string{"accuracy"} }
 // correct predictions, both over the labels' count.
 func classification(logits, labels *graph.Node) (accum.Mean, []accum.Mean) {
 	sum, count := mixed.SoftmaxCrossEntropySum(logits, labels, nil)
-	hits := graph.Equal(graph.ArgMax(logits, -1, labels.DType()), labels)
+	// ArgMax of float32 logits: XLA's builder (go-xla v0.1.4) refuses ArgMax of bfloat16 (its
+	// reduction's initial values come out uint16), so a policy with bfloat16 outputs could not
+	// build its step on XLA. Widening is exact: the largest logit stays the largest.
+	hits := graph.Equal(graph.ArgMax(graph.ConvertDType(logits, dtypes.Float32), -1, labels.DType()), labels)
 	correct := graph.ReduceAllSum(graph.ConvertDType(hits, dtypes.Float32))
 	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
 }

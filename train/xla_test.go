@@ -1,11 +1,13 @@
 package train_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
@@ -66,3 +68,38 @@ func TestXLAKeepsRematAndSerialization(t *testing.T) {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// TestBFloat16OutputsOnXLA: the GPT with every dtype of its policy bfloat16 builds and runs its
+// step on XLA (the accuracy's ArgMax once refused its bfloat16 logits there), with the embedded
+// backend's loss.
+func TestBFloat16OutputsOnXLA(t *testing.T) {
+	backend := xlaBackend(t)
+	defer backend.Finalize()
+	config := tinyConfig(t)
+	config.GPT.Layers, config.Batch, config.GPT.Batch, config.MicroBatches, config.GPT.MicroBatch = 1, 4, 4, 1, 1
+	var err error
+	if config.Policy, err = mixed.ParsePolicy("bf16"); err != nil {
+		t.Fatal(err)
+	}
+	step := func(b backends.Backend) train.StepMetrics {
+		tr, err := train.New(b, config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := tr.Step(data.Batch(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	onXLA, embedded := step(backend), step(backendtest.Embedded())
+	t.Logf("all-bfloat16 GPT, one step: XLA loss %.4f accuracy %.4f; embedded %.4f, %.4f", onXLA.Loss, onXLA.Accuracy, embedded.Loss, embedded.Accuracy)
+	if math.Abs(onXLA.Loss-embedded.Loss) > 1e-2*embedded.Loss || onXLA.Accuracy < 0 || onXLA.Accuracy > 1 {
+		t.Errorf("XLA: loss %v accuracy %v; embedded loss %v", onXLA.Loss, onXLA.Accuracy, embedded.Loss)
+	}
+}
