@@ -7,6 +7,19 @@ import (
 	"strconv"
 )
 
+// stepMetricsJSON is StepMetrics as JSON: its fields (stepMetricsFields has them without the
+// methods below), the floats shadowed by jsonFloats.
+type stepMetricsJSON struct {
+	stepMetricsFields
+	Loss     jsonFloat            `json:"loss"`
+	Accuracy jsonFloat            `json:"accuracy"`
+	Count    jsonFloat            `json:"count"`
+	Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
+	MeanLoss jsonFloat            `json:"mean_loss"`
+}
+
+type stepMetricsFields StepMetrics
+
 // MarshalJSON writes the metrics with non-finite numbers as the strings "NaN", "+Inf" and "-Inf"
 // (JSON has no such numbers, and a diverged run's history must not be lost to the encoder); finite
 // numbers stay numbers.
@@ -15,32 +28,16 @@ func (m StepMetrics) MarshalJSON() ([]byte, error) {
 	for k, v := range m.Metrics {
 		metrics[k] = jsonFloat(v)
 	}
-	type plain StepMetrics // its fields, without this method; the ones below shadow the floats
-	return json.Marshal(struct {
-		plain
-		Loss     jsonFloat            `json:"loss"`
-		Accuracy jsonFloat            `json:"accuracy"`
-		Count    jsonFloat            `json:"count"`
-		Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
-		MeanLoss jsonFloat            `json:"mean_loss"`
-	}{plain(m), jsonFloat(m.Loss), jsonFloat(m.Accuracy), jsonFloat(m.Count), metrics, jsonFloat(m.MeanLoss)})
+	return json.Marshal(stepMetricsJSON{stepMetricsFields(m), jsonFloat(m.Loss), jsonFloat(m.Accuracy), jsonFloat(m.Count), metrics, jsonFloat(m.MeanLoss)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
 func (m *StepMetrics) UnmarshalJSON(data []byte) error {
-	type plain StepMetrics
-	var raw struct {
-		plain
-		Loss     jsonFloat            `json:"loss"`
-		Accuracy jsonFloat            `json:"accuracy"`
-		Count    jsonFloat            `json:"count"`
-		Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
-		MeanLoss jsonFloat            `json:"mean_loss"`
-	}
+	var raw stepMetricsJSON
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	*m = StepMetrics(raw.plain)
+	*m = StepMetrics(raw.stepMetricsFields)
 	m.Loss, m.Accuracy, m.Count, m.MeanLoss = float64(raw.Loss), float64(raw.Accuracy), float64(raw.Count), float64(raw.MeanLoss)
 	if raw.Metrics != nil {
 		m.Metrics = make(map[string]float64, len(raw.Metrics))

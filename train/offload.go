@@ -353,32 +353,3 @@ func (o *offloadedStep) finalize() {
 	o.hostExec.Finalize()
 	o.host.Finalize()
 }
-
-// runOffloaded is run for an offloaded optimizer.
-func (t *Trainer) runOffloaded(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
-	if t.offload == nil {
-		o, err := t.newOffloadedStep()
-		if err != nil {
-			return nil, nil, err
-		}
-		t.offload = o
-	}
-	args, err := t.stepArgs(batch)
-	if err != nil {
-		return nil, nil, err
-	}
-	var (
-		outs []*tensors.Tensor
-		g    *graph.Graph
-	)
-	err = ograph.CatchPanic(func() {
-		var err error
-		if outs, g, err = t.offload.step(t.Ctx, t.Backend, args); err != nil {
-			panic(err)
-		}
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("train step %d: %w", t.GlobalStep()+1, err)
-	}
-	return outs, g, nil
-}

@@ -317,17 +317,29 @@ func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 }
 
 // run executes the step on batch, compiling it first if needed, and returns its outputs and the
-// graph that ran.
+// graph that ran. With the optimizer offloaded the step is the device's and the host's programs.
 func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+	var execute func(args ...any) ([]*tensors.Tensor, *graph.Graph, error)
 	if t.Config.Offload == OffloadOptimizer {
-		return t.runOffloaded(batch)
-	}
-	if t.exec == nil {
-		exec, err := t.newExec()
-		if err != nil {
-			return nil, nil, err
+		if t.offload == nil {
+			o, err := t.newOffloadedStep()
+			if err != nil {
+				return nil, nil, err
+			}
+			t.offload = o
 		}
-		t.exec = exec.WithName(StepName) // XLA's module name: onegpu compare finds the step's HLO by it
+		execute = func(args ...any) ([]*tensors.Tensor, *graph.Graph, error) {
+			return t.offload.step(t.Ctx, t.Backend, args)
+		}
+	} else {
+		if t.exec == nil {
+			exec, err := t.newExec()
+			if err != nil {
+				return nil, nil, err
+			}
+			t.exec = exec.WithName(StepName) // XLA's module name: onegpu compare finds the step's HLO by it
+		}
+		execute = t.exec.ExecWithGraph
 	}
 	args, err := t.stepArgs(batch)
 	if err != nil {
@@ -339,7 +351,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 	)
 	err = ograph.CatchPanic(func() {
 		var err error
-		if outs, g, err = t.exec.ExecWithGraph(args...); err != nil {
+		if outs, g, err = execute(args...); err != nil {
 			panic(err)
 		}
 	})
