@@ -10,6 +10,7 @@ func TestMask(t *testing.T) {
 		{"step time 320.9 ms", "step time <time>"},
 		{"first step 1.5s (builds and compiles the step)", "first step <time> (builds and compiles the step)"},
 		{"0.65 steps/s, 670 tokens/s", "<rate>, <rate>"},
+		{"0.98 steps/s, 1.0k tokens/s", "<rate>, <rate>"},
 		{"grid estimated and timed in 46 s", "grid estimated and timed in <time>"},
 		{"written 2026-12-03T13:47:38Z to /tmp/gonb_1234/x.go", "written <date> to <path>"},
 		{"float32  none   1     23.2 MiB     0.420s no", "float32 none 1 23.2 MiB <time> no"},

@@ -14,10 +14,10 @@ var masks = []struct {
 	pattern     *regexp.Regexp
 	placeholder string
 }{
-	// Measured rates and durations: "0.65 steps/s", "783 tokens/s", "320.9 ms", "1.5s", "46 s". A
-	// number directly followed by a time unit (after at most one space) is taken for a measurement;
-	// estimated times are masked with them. Assumed throughputs ("27.8 TFLOP/s") are not masked.
-	{"rate", regexp.MustCompile(`\d[\d.,]*(e[+-]?\d+)? ?(steps|tokens|examples|bytes|[KMG]iB|GFLOP)/s\b`), "<rate>"},
+	// Measured rates and durations: "0.65 steps/s", "783 tokens/s", "1.0k tokens/s", "320.9 ms",
+	// "1.5s", "46 s". A number directly followed by a time unit (after at most one space) is taken
+	// for a measurement; estimated times are masked with them. Assumed throughputs ("27.8 TFLOP/s") are not masked.
+	{"rate", regexp.MustCompile(`\d[\d.,]*(e[+-]?\d+)?[kMG]? ?(steps|tokens|examples|bytes|[KMG]iB|GFLOP)/s\b`), "<rate>"},
 	{"duration", regexp.MustCompile(`\d[\d.]*(e[+-]?\d+)? ?(ns|µs|us|ms|s|min|h)\b`), "<time>"},
 	// Dates and clock times.
 	{"date", regexp.MustCompile(`\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?`), "<date>"},
