@@ -83,7 +83,9 @@ func Embed(ctx *context.Context, tokens *graph.Node, vocab, features int) *graph
 
 // Dropout zeroes each value of x with probability rate while training (ctx.IsTraining) and
 // scales the rest by 1/(1-rate); it is the identity otherwise or when rate is 0. The mask comes
-// from the context's random state, so a rematerialized block draws the same mask.
+// from the context's random state, so a rematerialized block draws the same mask. A model that
+// builds its step from blocks ties the state to each block's input (TieRandomStateTo) so that XLA
+// draws a block's bits when the block runs.
 func Dropout(ctx *context.Context, x *graph.Node, rate float64) *graph.Node {
 	if rate <= 0 || !ctx.IsTraining(x.Graph()) {
 		return x
@@ -95,6 +97,24 @@ func Dropout(ctx *context.Context, x *graph.Node, rate float64) *graph.Node {
 		graph.Scalar(x.Graph(), dtypes.Float32, rate))
 	scaled := graph.MulScalar(x, 1/(1-rate))
 	return graph.Where(keep, scaled, graph.ZerosLike(scaled))
+}
+
+// TieRandomStateTo adds an exact 0 computed from x to the context's random state (when it has one
+// in this graph), so that the random numbers drawn next (dropout masks) depend on x. Without it
+// the state's chain depends on nothing else, and XLA's scheduler draws the dropout bits of every
+// layer and micro-batch early and keeps them until use: 1.7 GiB of u32 buffers in the tutorial's
+// step on XLA's CPU backend. The state's value is unchanged, so the masks are too. Call it with a
+// block's input before the block (models.GPT does, for each branch). Tied inside Dropout to the
+// branch's own values instead, the state made remat recompute the MLP branch a second time in the
+// backward pass (9% more matmul FLOPs for the tutorial's step with remat mlp).
+func TieRandomStateTo(ctx *context.Context, x *graph.Node) {
+	v := ctx.GetVariableByScopeAndName(context.RootScope, context.RNGStateVariableName)
+	if v == nil || !v.HasValue() {
+		return // RandomUniform creates the state; the next dropout is tied
+	}
+	state := v.ValueGraph(x.Graph())
+	zero := graph.ConvertDType(negativeZeroFrom(x), state.DType()) // -0.0 converts to exactly 0
+	v.SetValueGraph(graph.Add(state, zero))
 }
 
 // GELU is the tanh approximation Flax's nn.gelu uses by default:
@@ -118,7 +138,7 @@ func lecunNormal(ctx *context.Context, fanIn int) initializers.VariableInitializ
 // broadcasts of v in every micro-batch of an unrolled step (common-subexpression elimination)
 // into one activation-sized buffer that lives from the first micro-batch to the last: on XLA's CPU
 // backend, which materializes a bias broadcast for its matmul kernels, the tutorial's step (bf16,
-// remat mlp,attn, 4 micro-batches) compiled to 8.1 GiB with them and 4.0 GiB without. Adding
+// remat mlp,attn, 4 micro-batches, dropout 0) compiled to 8.1 GiB with them and 4.0 GiB without. Adding
 // -0.0 changes no value (v + -0.0 == v, +0.0 and -0.0 included), and no gradient flows through
 // the tie.
 func broadcastFor(v, x, tie *graph.Node) *graph.Node {

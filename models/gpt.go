@@ -80,7 +80,10 @@ func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 		return layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))
 	}
 	whole := func(ctx *context.Context, x *graph.Node) *graph.Node {
+		// Each branch's dropout bits are drawn when the branch runs (see TieRandomStateTo).
+		layers.TieRandomStateTo(ctx, x)
 		x = graph.Add(x, m.checkpoint(m.Remat.MLP, ctx.In("mlp"), mlp, x))
+		layers.TieRandomStateTo(ctx, x)
 		return graph.Add(x, m.checkpoint(m.Remat.Attention, ctx.In("attn"), attn, x))
 	}
 	return m.checkpoint(m.Remat.Block, ctx, whole, x)
