@@ -10,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -53,7 +54,7 @@ func DenseGeneral(ctx *context.Context, x *graph.Node, inAxes int, features ...i
 	}
 	y := graph.DotGeneral(p.CastToCompute(x), contract, nil, p.CastToCompute(kernel), kernelAxes, nil)
 	y = remat.NameDot(y, "")
-	return Note(ctx, "Dense", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, negativeZeroFrom(y))))
+	return Note(ctx, "Dense", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, ograph.NegativeZeroFrom(y))))
 }
 
 // LayerNorm normalizes x over its last axis with statistics in float32, then applies a gain
@@ -65,7 +66,7 @@ func LayerNorm(ctx *context.Context, x *graph.Node) *graph.Node {
 	scale := ctx.WithInitializer(initializers.One).VariableWithShape("scale", shapes.Make(p.Param, width)).ValueGraph(g)
 	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, width)).ValueGraph(g)
 	y := mixed.Normalize(p.CastToCompute(x), layerNormEpsilon, -1)
-	tie := negativeZeroFrom(y)
+	tie := ograph.NegativeZeroFrom(y)
 	y = graph.Mul(y, broadcastFor(p.CastToCompute(scale), y, tie))
 	return Note(ctx, "LayerNorm", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, tie)))
 }
@@ -113,7 +114,7 @@ func TieRandomStateTo(ctx *context.Context, x *graph.Node) {
 		return // RandomUniform creates the state; the next dropout is tied
 	}
 	state := v.ValueGraph(x.Graph())
-	zero := graph.ConvertDType(negativeZeroFrom(x), state.DType()) // -0.0 converts to exactly 0
+	zero := graph.ConvertDType(ograph.NegativeZeroFrom(x), state.DType()) // -0.0 converts to exactly 0
 	v.SetValueGraph(graph.Add(state, zero))
 }
 
@@ -133,31 +134,15 @@ func lecunNormal(ctx *context.Context, fanIn int) initializers.VariableInitializ
 	return initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(fanIn)))
 }
 
-// broadcastFor returns v (a bias or a gain) ready to broadcast against x: with x's rank, plus tie,
-// an exact -0.0 computed from x (negativeZeroFrom). The tie keeps XLA from merging the identical
-// broadcasts of v in every micro-batch of an unrolled step (common-subexpression elimination)
-// into one activation-sized buffer that lives from the first micro-batch to the last: on XLA's CPU
-// backend, which materializes a bias broadcast for its matmul kernels, the tutorial's step (bf16,
-// remat mlp,attn, 4 micro-batches, dropout 0) compiled to 8.1 GiB with them and 4.0 GiB without. Adding
-// -0.0 changes no value (v + -0.0 == v, +0.0 and -0.0 included), and no gradient flows through
-// the tie.
+// broadcastFor returns v (a bias or a gain) ready to broadcast against x: with x's rank, plus
+// tie, an exact -0.0 computed from x (ograph.NegativeZeroFrom), which changes no value. The tie
+// keeps XLA from merging the identical broadcasts of v in every micro-batch of an unrolled step
+// (common-subexpression elimination) into one activation-sized buffer that lives from the first
+// micro-batch to the last: on XLA's CPU backend, which materializes a bias broadcast for its
+// matmul kernels, the tutorial's step (bf16, remat mlp,attn, 4 micro-batches, dropout 0) compiled
+// to 8.1 GiB with them and 4.0 GiB without.
 func broadcastFor(v, x, tie *graph.Node) *graph.Node {
 	return expandLeft(graph.Add(v, graph.ConvertDType(tie, v.DType())), x.Rank())
-}
-
-// negativeZeroFrom returns an exact -0.0 (float32) computed from x's first value, which XLA cannot
-// fold to a constant: (first != first, as 0 or 1)·(-0.0), -0.0 whatever the value, NaN included.
-func negativeZeroFrom(x *graph.Node) *graph.Node {
-	first := graph.StopGradient(x)
-	if first.Rank() > 0 {
-		specs := make([]graph.SliceAxisSpec, first.Rank())
-		for i := range specs {
-			specs[i] = graph.AxisElem(0)
-		}
-		first = graph.Reshape(graph.Slice(first, specs...))
-	}
-	isNaN := graph.ConvertDType(graph.NotEqual(first, first), dtypes.Float32)
-	return graph.Mul(isNaN, graph.Scalar(x.Graph(), dtypes.Float32, math.Copysign(0, -1)))
 }
 
 // expandLeft adds leading axes of size 1 to x until it has the given rank, so that a bias or a
