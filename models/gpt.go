@@ -79,11 +79,16 @@ func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 		h = layers.CausalSelfAttention(ctx, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType())
 		return layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))
 	}
+	// Each branch's dropout bits are drawn when the branch runs (see layers.TieRandomStateTo).
+	tie := func(ctx *context.Context, x *graph.Node) {
+		if m.Config.Dropout > 0 && ctx.IsTraining(x.Graph()) {
+			layers.TieRandomStateTo(ctx, x)
+		}
+	}
 	whole := func(ctx *context.Context, x *graph.Node) *graph.Node {
-		// Each branch's dropout bits are drawn when the branch runs (see TieRandomStateTo).
-		layers.TieRandomStateTo(ctx, x)
+		tie(ctx, x)
 		x = graph.Add(x, m.checkpoint(m.Remat.MLP, ctx.In("mlp"), mlp, x))
-		layers.TieRandomStateTo(ctx, x)
+		tie(ctx, x)
 		return graph.Add(x, m.checkpoint(m.Remat.Attention, ctx.In("attn"), attn, x))
 	}
 	return m.checkpoint(m.Remat.Block, ctx, whole, x)
