@@ -8,7 +8,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
-	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 )
 
 const (
@@ -101,46 +100,26 @@ func (o *Adam8bitOptimizer) Quantized(shape shapes.Shape) bool {
 }
 
 // UpdateGraph differentiates loss with respect to the trainable variables and applies the update.
-func (o *Adam8bitOptimizer) UpdateGraph(ctx *context.Context, g *graph.Graph, loss *graph.Node) {
-	if !loss.IsScalar() {
-		panicf("optim.Adam8bit: the loss must be a scalar, got shape %s", loss.Shape())
-	}
-	o.UpdateGraphWithGradients(ctx, ctx.BuildTrainableVariablesGradientsGraph(loss), loss.DType())
+func (o *Adam8bitOptimizer) UpdateGraph(ctx *context.Context, _ *graph.Graph, loss *graph.Node) {
+	o.UpdateGraphWithGradients(ctx, gradientsOf(ctx, loss, "optim.Adam8bit"), loss.DType())
 }
 
 // UpdateGraphWithGradients applies grads, one per trainable variable used in the graph in context
 // order (as ctx.BuildTrainableVariablesGradientsGraph returns them). The moments are float32
 // whatever lossDType is.
 func (o *Adam8bitOptimizer) UpdateGraphWithGradients(ctx *context.Context, grads []*graph.Node, _ dtypes.DType) {
-	if len(grads) == 0 {
-		panicf("optim.Adam8bit: no gradients: the graph uses no trainable variable")
-	}
-	g := grads[0].Graph()
 	c := o.config
-	lr := c.learningRate
-	if lr < 0 {
-		lr = context.GetParamOr(ctx, optimizers.ParamLearningRate, optimizers.AdamDefaultLearningRate)
-	}
+	g, learningRate, count := startUpdate(ctx, grads, "optim.Adam8bit", Adam8bitScope, c.learningRate)
 	f32 := dtypes.Float32
-	learningRate := optimizers.LearningRateVar(ctx, f32, lr).ValueGraph(g)
-	_ = optimizers.IncrementGlobalStepGraph(ctx, g, f32)
-	step := optimizers.IncrementGlobalStepGraph(ctx.InAbsPath(context.ScopeSeparator+Adam8bitScope), g, f32)
+	step := graph.ConvertDType(count, f32)
 	beta1 := graph.Scalar(g, f32, c.beta1)
 	beta2 := graph.Scalar(g, f32, c.beta2)
 	debias1 := graph.Reciprocal(graph.OneMinus(graph.Pow(beta1, step)))
 	debias2 := graph.Reciprocal(graph.OneMinus(graph.Pow(beta2, step)))
 	epsilon := graph.Scalar(g, f32, c.epsilon)
 
-	i := 0
-	for v := range ctx.IterVariables() {
-		if !v.Trainable || !v.InUseByGraph(g) {
-			continue
-		}
-		if i >= len(grads) {
-			panicf("optim.Adam8bit: %d gradients for more trainable variables (at %s)", len(grads), v.ScopeAndName())
-		}
-		grad := graph.ConvertDType(grads[i], f32)
-		i++
+	eachTrainable(ctx, g, grads, "optim.Adam8bit", func(v *context.Variable, grad *graph.Node) {
+		grad = graph.ConvertDType(grad, f32)
 		m := o.moment(ctx, v, "1st", false)
 		s := o.moment(ctx, v, "2nd", true)
 		mNew := graph.Add(graph.Mul(beta1, m.read(g)), graph.Mul(graph.OneMinus(beta1), grad))
@@ -151,10 +130,7 @@ func (o *Adam8bitOptimizer) UpdateGraphWithGradients(ctx *context.Context, grads
 		update := graph.Div(graph.Mul(learningRate, graph.Mul(mNew, debias1)), denominator)
 		value := v.ValueGraph(g)
 		v.SetValueGraph(graph.ConvertDType(graph.Sub(graph.ConvertDType(value, f32), update), value.DType()))
-	}
-	if i != len(grads) {
-		panicf("optim.Adam8bit: %d gradients for %d trainable variables", len(grads), i)
-	}
+	})
 }
 
 // Clear deletes the moments and Adam8bit's step counter.

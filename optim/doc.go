@@ -23,4 +23,6 @@
 //
 // Adam8bit is Adam whose moments are stored in 8 bits per value (block-wise, one float32 scale per
 // block), a quarter of Adam's state; it goes where GoMLX's Adam goes, Apply(optim.Adam8bit().Done()).
+// Adafactor is optax.adafactor with the schedule's learning rate: factored second moments for
+// matrices and no first moment, about 0.04x Adam's state on the small GPT; Apply(optim.Adafactor().Done()).
 package optim

@@ -18,6 +18,54 @@ type GradientsOptimizer interface {
 	gomlxtrain.OptimizeWithGradients
 }
 
+// gradientsOf differentiates the scalar loss with respect to the trainable variables, for an
+// optimizer's UpdateGraph; name names the optimizer in the panic.
+func gradientsOf(ctx *context.Context, loss *graph.Node, name string) []*graph.Node {
+	if !loss.IsScalar() {
+		panicf("%s: the loss must be a scalar, got shape %s", name, loss.Shape())
+	}
+	return ctx.BuildTrainableVariablesGradientsGraph(loss)
+}
+
+// startUpdate begins an optimizer's update in the graph of grads, as GoMLX's Adam does: it returns
+// the learning rate (GoMLX's float32 learning-rate variable, which schedules set; created with lr,
+// or when lr is negative with the context's "learning_rate" or 0.001) and the optimizer's update
+// count including this one (int64, 1 at the first), kept under the absolute scope; it also
+// increments the context's global step.
+func startUpdate(ctx *context.Context, grads []*graph.Node, name, scope string, lr float64) (g *graph.Graph, learningRate, count *graph.Node) {
+	if len(grads) == 0 {
+		panicf("%s: no gradients: the graph uses no trainable variable", name)
+	}
+	g = grads[0].Graph()
+	if lr < 0 {
+		lr = context.GetParamOr(ctx, optimizers.ParamLearningRate, optimizers.AdamDefaultLearningRate)
+	}
+	learningRate = optimizers.LearningRateVar(ctx, dtypes.Float32, lr).ValueGraph(g)
+	_ = optimizers.IncrementGlobalStepGraph(ctx, g, dtypes.Float32)
+	count = optimizers.IncrementGlobalStepGraph(ctx.InAbsPath(context.ScopeSeparator+scope), g, dtypes.Int64)
+	return g, learningRate, count
+}
+
+// eachTrainable calls update with every trainable variable g uses, in context order, and its
+// gradient from grads (one per variable, as ctx.BuildTrainableVariablesGradientsGraph returns
+// them); name names the optimizer when the counts differ.
+func eachTrainable(ctx *context.Context, g *graph.Graph, grads []*graph.Node, name string, update func(v *context.Variable, grad *graph.Node)) {
+	i := 0
+	for v := range ctx.IterVariables() {
+		if !v.Trainable || !v.InUseByGraph(g) {
+			continue
+		}
+		if i >= len(grads) {
+			panicf("%s: %d gradients for more trainable variables (at %s)", name, len(grads), v.ScopeAndName())
+		}
+		update(v, grads[i])
+		i++
+	}
+	if i != len(grads) {
+		panicf("%s: %d gradients for %d trainable variables", name, len(grads), i)
+	}
+}
+
 // apply is the optimizer link.
 type apply struct {
 	opt optimizers.Interface
