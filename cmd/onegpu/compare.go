@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -78,6 +79,10 @@ type compareOptions struct {
 	// onegpu's optimized step for the census (empty on the embedded backend).
 	memoryOnly bool
 	hloDir     string
+	// optimizer is the optimizer of the configurations that name none; referenceArgs are, while a
+	// configuration runs, the reference's arguments for its optimizer (referenceOptimizerArgs).
+	optimizer     string
+	referenceArgs []string
 }
 
 // compareFlagList is a repeatable string flag.
@@ -87,12 +92,14 @@ func (l *compareFlagList) String() string     { return strings.Join(*l, "; ") }
 func (l *compareFlagList) Set(s string) error { *l = append(*l, s); return nil }
 
 func runCompare(args []string, w, progress io.Writer) error {
-	fs := newFlagSet("compare", `[--configs cpu|gpu] [--config "FLAGS"]... [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
+	fs := newFlagSet("compare", `[--configs cpu|gpu] [--config "FLAGS"]... [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
 	var o compareOptions
 	var custom compareFlagList
 	fs.Var(&custom, "config", `one configuration, written with train's flags, e.g. "--model gpt --preset tiny --policy float32 --remat none --microbatches 1" (repeatable; replaces --configs) (default: the set --configs names)`)
 	fs.StringVar(&o.set, "configs", "cpu", "the set of configurations: cpu (tiny GPT and MLP, seconds each) or gpu (the tutorial's GPT and MLP)")
 	fs.IntVar(&o.steps, "steps", 10, "train steps per configuration, on each side")
+	fs.StringVar(&o.optimizer, "optimizer", "adam", "the optimizer of both sides, for the configurations that name none: adam, adamw or adafactor, against optax's of the same name "+
+		"(8-bit Adam has no optax counterpart)")
 	fs.StringVar(&o.backend, "backend", "", `onegpu's backend: "go" or "xla:/abs/path/plugin.so" (default: $GOMLX_BACKEND, then XLA with $ONEGPU_PJRT_PLUGIN — the same XLA as JAX's — then the embedded backend)`)
 	fs.StringVar(&o.data, "data", "synthetic", "gpt data: synthetic (the tutorial's fixed random batch) or text (byte-level batches of the shipped corpus)")
 	fs.StringVar(&o.python, "python", "", "the Python with jax, flax and optax (default: $ONEGPU_PYTHON, then .venv/bin/python in this folder or a parent, then python3)")
@@ -111,6 +118,9 @@ func runCompare(args []string, w, progress io.Writer) error {
 	}
 	if o.steps < 1 {
 		return fmt.Errorf("--steps %d: train at least one step", o.steps)
+	}
+	if _, err := referenceOptimizerArgs(o.optimizer, 0); err != nil {
+		return fmt.Errorf("--optimizer %s: %w", o.optimizer, err)
 	}
 	for _, tol := range []struct {
 		name  string
@@ -148,7 +158,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 		o.configs = set
 	}
 	for _, c := range o.configs { // every configuration is readable before any runs
-		if _, _, err := compareConfig(c, o.backend); err != nil {
+		if _, _, err := compareConfig(c, o.backend, o.optimizer); err != nil {
 			return err
 		}
 	}
@@ -245,6 +255,8 @@ type compareResult struct {
 	unit        string  // what throughput counts: tokens or examples
 	Agree       bool    `json:"agree"`
 	Error       string  `json:"error,omitempty"`
+	// Optimizer is onegpu's; the reference runs optax's of the same name.
+	Optimizer string `json:"optimizer"`
 }
 
 // compareSide is one framework's run of a configuration. The JAX side is read from the
@@ -285,8 +297,9 @@ type compareMemory struct {
 }
 
 // compareConfig reads one configuration written with train's flags, with dropout 0 (random masks
-// cannot match) and backend as its backend unless it names one.
-func compareConfig(flagsText, backend string) (setup, train.Config, error) {
+// cannot match), and backend and optimizer as its own unless it names them. An optimizer the
+// reference has no counterpart for is an error.
+func compareConfig(flagsText, backend, optimizer string) (setup, train.Config, error) {
 	fail := func(err error) (setup, train.Config, error) {
 		return setup{}, train.Config{}, fmt.Errorf("--config %q: %w", flagsText, err)
 	}
@@ -300,8 +313,14 @@ func compareConfig(flagsText, backend string) (setup, train.Config, error) {
 	if s.backend == "" {
 		s.backend = backend
 	}
+	if !s.given()["optimizer"] {
+		s.optimizer = optimizer
+	}
 	config, err := s.config()
 	if err != nil {
+		return fail(err)
+	}
+	if _, err := referenceOptimizerArgs(config.Optimizer, 0); err != nil {
 		return fail(err)
 	}
 	if config.LossScale != "none" && config.LossScale != "" {
@@ -322,8 +341,12 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 		fmt.Fprintf(progress, "compare: %s: %v\n", r.Name, err)
 		return r
 	}
-	s, config, err := compareConfig(flagsText, o.backend)
+	s, config, err := compareConfig(flagsText, o.backend, o.optimizer)
 	if err != nil {
+		return fail(err)
+	}
+	r.Optimizer = cmp.Or(config.Optimizer, "adam")
+	if o.referenceArgs, err = referenceOptimizerArgs(config.Optimizer, 0); err != nil {
 		return fail(err)
 	}
 	r.Name, r.Config = compareName(s, config), describe(config)
@@ -342,7 +365,7 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	}
 	r.Data = data.Describe()
 
-	fmt.Fprintf(progress, "== %s\n   onegpu: %s\n", r.Name, r.Config)
+	fmt.Fprintf(progress, "== %s\n   onegpu: %s\n   optimizer: %s, against %s\n", r.Name, r.Config, r.Optimizer, compareOptimizers[r.Optimizer])
 	if spec, err := ograph.ResolveBackend(s.backend); err == nil && spec.Kind == "xla" && o.hloDir != "" {
 		// XLA reads its flags once per process: every configuration dumps to the same folder.
 		s.xlaPresets = append(s.xlaPresets, flags.Dump(o.hloDir, "^"+train.StepName, ""))

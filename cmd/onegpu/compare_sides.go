@@ -216,7 +216,7 @@ func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.H
 // training. With an XLA backend and --jax-runtime plugin the reference runs on onegpu's PJRT plugin.
 func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
 	hlo := filepath.Join(folder, "jax_step.hlo.txt")
-	args := []string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp, "--hlo", hlo}
+	args := append([]string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp, "--hlo", hlo}, o.referenceArgs...)
 	if ours.Kind == "xla" && o.jaxRuntime == "plugin" {
 		args = append(args, "--pjrt-plugin", ours.Plugin)
 	}

@@ -1,6 +1,7 @@
 """JAX/Flax side of onegpu's side-by-side check: train the run onegpu exported, print one JSON object.
 
-    python reference/jax/tutorial.py DIR [--accumulate loop|scan] [--layer-dtypes flax|onegpu] [--pjrt-plugin PATH]
+    python reference/jax/tutorial.py DIR [--optimizer adam|adamw|adafactor] [--weight-decay W]
+        [--accumulate loop|scan] [--layer-dtypes flax|onegpu] [--pjrt-plugin PATH]
 
 DIR is what onegpu's train.Trainer.Export wrote (`onegpu compare` does it): config.json,
 params/<flax path>.npy (float32) and inputs.npy / labels.npy (the batches of every step, stacked).
@@ -8,7 +9,9 @@ The script builds the tutorial's model (models.py) with onegpu's configuration, 
 (every exported parameter must match one of the model's, by path and shape, and none may be left
 over), and trains config["steps"] steps the way the tutorial does: per-micro-batch gradients of
 the mean cross-entropy, summed and divided by the number of micro-batches (accumulate_gradients),
-then optax.adam on optax.warmup_exponential_decay_schedule.
+then the optimizer --optimizer names on optax.warmup_exponential_decay_schedule: optax.adam (the
+tutorial's), optax.adamw or optax.adafactor, each as onegpu's counterpart computes it (see
+make_optimizer).
 
 The JSON on stdout holds, per step, the loss and accuracy the step computed (before its update, as
 onegpu reports them) and its wall time (the step is run, its metrics fetched to the host), the
@@ -136,6 +139,34 @@ def load_params(folder, cfg, model, example):
     return traverse_util.unflatten_dict(flat)
 
 
+OPTIMIZERS = ("adam", "adamw", "adafactor")
+
+
+def make_optimizer(name, schedule, adam, weight_decay):
+    """The optax optimizer onegpu's optimizer `name` computes, on the learning-rate schedule.
+
+    adam: optax.adam with config.json's b1, b2, eps (GoMLX's Adam: eps outside the square root).
+    adamw: optax.adamw with the same and weight_decay, decoupled and multiplied by the learning rate,
+      on every parameter (mask None), as GoMLX's AdamConfig.WeightDecay applies it to every
+      trainable variable: p <- p - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p).
+    adafactor: optax.adafactor with its defaults (as optim.Adafactor's) and the schedule as its
+      learning rate; weight_decay is its weight_decay_rate (added after the learning rate, not
+      multiplied by it), 0 for none.
+    """
+    if weight_decay < 0:
+        raise SystemExit(f"--weight-decay {weight_decay}: a weight decay is at least 0")
+    if name == "adam":
+        if weight_decay:
+            raise SystemExit(f"--weight-decay {weight_decay} with --optimizer adam: Adam has no weight decay, use adamw")
+        return optax.adam(learning_rate=schedule, b1=adam["b1"], b2=adam["b2"], eps=adam["eps"])
+    if name == "adamw":
+        return optax.adamw(learning_rate=schedule, b1=adam["b1"], b2=adam["b2"], eps=adam["eps"],
+                           weight_decay=weight_decay, mask=None)
+    if name == "adafactor":
+        return optax.adafactor(learning_rate=schedule, weight_decay_rate=weight_decay or None)
+    raise SystemExit(f"unknown optimizer {name!r}: the reference has {', '.join(OPTIMIZERS)}")
+
+
 def make_train_step(model, tx, num_minibatches, accumulate):
     def loss_fn(params, inputs, labels, rng):
         logits = model.apply({"params": params}, inputs, train=True, rngs={"dropout": rng})
@@ -216,6 +247,10 @@ def main():
                          "scan for the GPT as in Part 1.2, loop for the MLP as in Part 1.1)")
     ap.add_argument("--layer-dtypes", choices=["flax", "onegpu"], default="flax",
                     help="where LayerNorm and Embed cast in bfloat16: Flax's layers (the tutorial) or onegpu's placement")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                    help="optax.adam (the tutorial's), optax.adamw or optax.adafactor, as onegpu computes them")
+    ap.add_argument("--weight-decay", type=float, default=0.0,
+                    help="adamw: its decoupled weight decay; adafactor: its weight_decay_rate (default: 0, none)")
     ap.add_argument("--steps", type=int, default=0, help="train this many steps (default: config.json's)")
     ap.add_argument("--hlo", default="", help="write the compiled step's optimized HLO (compiled.as_text()) to this file")
     ap.add_argument("--pjrt-plugin", default="",
@@ -245,15 +280,14 @@ def main():
     schedule = optax.warmup_exponential_decay_schedule(
         init_value=s["init_value"], peak_value=s["peak_value"], warmup_steps=s["warmup_steps"],
         transition_steps=s["transition_steps"], decay_rate=s["decay_rate"])
-    a = cfg["adam"]
-    tx = optax.adam(learning_rate=schedule, b1=a["b1"], b2=a["b2"], eps=a["eps"])
+    tx = make_optimizer(args.optimizer, schedule, cfg["adam"], args.weight_decay)
     state = (params, tx.init(params), jax.random.PRNGKey(cfg.get("seed", 0)))
 
     step_fn = jax.jit(make_train_step(model, tx, cfg["micro_batches"], accumulate), donate_argnums=(0,))
     device = jax.devices()[0]
     batches = [(jax.device_put(inputs[i], device), jax.device_put(labels[i], device)) for i in range(steps)]
 
-    log(f"compiling the train step ({cfg['model']}, policy {cfg['policy']}, remat {cfg['remat'] or 'none'}, "
+    log(f"compiling the train step ({cfg['model']}, {args.optimizer}, policy {cfg['policy']}, remat {cfg['remat'] or 'none'}, "
         f"{cfg['micro_batches']} micro-batches, accumulate {accumulate}) on {device.device_kind}")
     start = time.perf_counter()
     compiled = step_fn.lower(state, *batches[0]).compile()
@@ -287,6 +321,8 @@ def main():
         "platform": device.platform,
         "device_kind": device.device_kind,
         "runtime": runtime,
+        "optimizer": args.optimizer,
+        "weight_decay": args.weight_decay,
         "accumulate": accumulate,
         "layer_dtypes": args.layer_dtypes,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
