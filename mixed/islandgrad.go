@@ -67,6 +67,14 @@ func normalizeGrad(y, r, v *graph.Node, axes []int) *graph.Node {
 	return graph.Mul(r, graph.Sub(graph.Sub(v, meanV), graph.Mul(y, meanVY)))
 }
 
+// rmsNormalizeGrad returns r·(v - y·mean(v·y)) over axes, the gradient of y = x·r with
+// r = 1/sqrt(mean(x²) + ε), from the output y and r.
+func rmsNormalizeGrad(y, r, v *graph.Node, axes []int) *graph.Node {
+	y, v = toWide(y, r), toWide(v, r)
+	meanVY := graph.ReduceAndKeep(graph.Mul(v, y), graph.ReduceMean, axes...)
+	return graph.Mul(r, graph.Sub(v, graph.Mul(y, meanVY)))
+}
+
 // expandAxes inserts the reduced axes (sorted, non-negative) back into a reduced node.
 func expandAxes(x *graph.Node, axes []int) *graph.Node {
 	for _, a := range axes {

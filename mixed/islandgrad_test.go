@@ -60,6 +60,12 @@ func TestIslandGradients(t *testing.T) {
 		{"Normalize over two axes", []int{4, 8, 16},
 			func(x, _ *graph.Node) *graph.Node { return mixed.Normalize(x, 1e-5, -1, 1) },
 			func(x, _ *graph.Node) *graph.Node { return normalize64(x, 1e-5, 1, 2) }},
+		{"RMSNormalize", []int{8, 64},
+			func(x, _ *graph.Node) *graph.Node { return mixed.RMSNormalize(x, 1e-5) },
+			func(x, _ *graph.Node) *graph.Node { return rmsNormalize64(x, 1e-5, 1) }},
+		{"RMSNormalize over two axes", []int{4, 8, 16},
+			func(x, _ *graph.Node) *graph.Node { return mixed.RMSNormalize(x, 1e-5, -1, 1) },
+			func(x, _ *graph.Node) *graph.Node { return rmsNormalize64(x, 1e-5, 1, 2) }},
 		{"Sum", []int{8, 64},
 			func(x, _ *graph.Node) *graph.Node { return mixed.Sum(x, f32, 1) },
 			func(x, _ *graph.Node) *graph.Node { return graph.ReduceSum(x, 1) }},
@@ -102,4 +108,10 @@ func normalize64(x *graph.Node, epsilon float64, axes ...int) *graph.Node {
 	c := graph.Sub(x, mean)
 	variance := graph.ReduceAndKeep(graph.Mul(c, c), graph.ReduceMean, axes...)
 	return graph.Div(c, graph.Sqrt(graph.AddScalar(variance, epsilon)))
+}
+
+// rmsNormalize64 is x/sqrt(mean(x²) + ε) over axes with GoMLX's ops.
+func rmsNormalize64(x *graph.Node, epsilon float64, axes ...int) *graph.Node {
+	meanSquare := graph.ReduceAndKeep(graph.Mul(x, x), graph.ReduceMean, axes...)
+	return graph.Div(x, graph.Sqrt(graph.AddScalar(meanSquare, epsilon)))
 }

@@ -207,3 +207,19 @@ func Normalize(x *graph.Node, epsilon float64, axes ...int) *graph.Node {
 	y := graph.ConvertDType(graph.Mul(graph.Sub(graph.ConvertDType(x, mean.DType()), mean), r), x.DType())
 	return withGradient(x, y, func(y, v *graph.Node) *graph.Node { return normalizeGrad(y, r, v, axes) })
 }
+
+// RMSNormalize returns x / sqrt(mean(x²) + epsilon) over axes (default: the last axis), with the
+// mean of squares and the arithmetic in float32 (float64 for float64 x), converted back to x's
+// dtype: Llama's RMSNorm without its weight (Hugging Face's LlamaRMSNorm computes the same in
+// float32 and casts back before applying the weight), which callers apply in the compute dtype.
+// A bfloat16 mean of squares would saturate (see the package's islands).
+//
+// Its gradient is computed in float32 from the output and the per-row 1/sqrt(mean(x²) + epsilon):
+// neither x nor any float32 copy of it is kept for the backward pass.
+func RMSNormalize(x *graph.Node, epsilon float64, axes ...int) *graph.Node {
+	axes = normalizedAxes(lastAxis(axes), x.Rank())
+	w := widen(x, "RMSNormalize")
+	r := graph.Rsqrt(graph.AddScalar(graph.ReduceAndKeep(graph.Mul(w, w), graph.ReduceMean, axes...), epsilon))
+	y := graph.ConvertDType(graph.Mul(w, r), x.DType())
+	return withGradient(x, y, func(y, v *graph.Node) *graph.Node { return rmsNormalizeGrad(y, r, v, axes) })
+}

@@ -146,6 +146,22 @@ func TestIslands(t *testing.T) {
 				}
 				return out
 			}(), 1.0 / 128, 0.05},
+		{"RMSNormalize", positive,
+			func(x, _ *graph.Node) *graph.Node { return mixed.RMSNormalize(x, 1e-6) },
+			func(x, _ *graph.Node) *graph.Node {
+				return graph.Mul(x, graph.Rsqrt(graph.AddScalar(graph.ReduceAndKeep(graph.Mul(x, x), graph.ReduceMean, -1), 1e-6)))
+			},
+			func() []float64 {
+				square := 0.0
+				for _, x := range xs {
+					square += x * x
+				}
+				out := make([]float64, n)
+				for i, x := range xs {
+					out[i] = x / math.Sqrt(square/n+1e-6)
+				}
+				return out
+			}(), 1.0 / 128, 0.05},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := run(t, func(in []*graph.Node) []*graph.Node {
@@ -189,6 +205,7 @@ func TestIslandDTypes(t *testing.T) {
 			{"Softmax bf16", mixed.Softmax(x, bf16), bf16},
 			{"LogSumExp f64 input", mixed.LogSumExp(x64, dtypes.InvalidDType), f64},
 			{"Normalize keeps dtype", mixed.Normalize(x, 1e-5), bf16},
+			{"RMSNormalize keeps dtype", mixed.RMSNormalize(x, 1e-5), bf16},
 		} {
 			if tc.node.DType() != tc.want {
 				t.Errorf("%s: dtype %s, want %s", tc.name, tc.node.DType(), tc.want)
