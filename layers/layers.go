@@ -79,7 +79,7 @@ func Embed(ctx *context.Context, tokens *graph.Node, vocab, features int) *graph
 	g := tokens.Graph()
 	table := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(features)))).
 		VariableWithShape("embedding", shapes.Make(p.Param, vocab, features)).ValueGraph(g)
-	return Note(ctx, "Embed", p.CastToCompute(graph.Gather(table, graph.InsertAxes(tokens, -1))))
+	return Note(ctx, "Embed", Lookup(ctx, table, tokens))
 }
 
 // Dropout zeroes each value of x with probability rate while training (ctx.IsTraining) and

@@ -1,0 +1,65 @@
+package layers
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// GroupedQuery describes grouped-query self-attention as Llama-class models have it: Heads query
+// heads share KVHeads key/value heads (KVHeads divides Heads; KVHeads == Heads is multi-head
+// attention, 1 is multi-query), each HeadDim wide, with rotary position embeddings on queries and
+// keys and a causal mask.
+type GroupedQuery struct {
+	Heads, KVHeads, HeadDim int
+	Rotary                  Rotary
+	// SoftmaxDType is the dtype of the scores, mask and softmax; float32 when unset.
+	SoftmaxDType dtypes.DType
+	// Core computes attention from the projected, rotated heads (see PlainAttention for the
+	// contract); PlainAttention when nil.
+	Core func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node
+}
+
+// Validate returns an error naming the setting that cannot work.
+func (a GroupedQuery) Validate() error {
+	if a.Heads < 1 || a.KVHeads < 1 || a.HeadDim < 1 {
+		return fmt.Errorf("grouped-query attention: heads = %d, kv heads = %d and head width = %d must each be at least 1", a.Heads, a.KVHeads, a.HeadDim)
+	}
+	if a.Heads%a.KVHeads != 0 {
+		return fmt.Errorf("grouped-query attention: kv heads = %d does not divide heads = %d", a.KVHeads, a.Heads)
+	}
+	return a.Rotary.Validate(a.HeadDim)
+}
+
+// GroupedQueryAttention is Hugging Face's LlamaAttention without its cache: Linear projections
+// without biases in scopes "q_proj" ([Heads·HeadDim, width]), "k_proj" and "v_proj" ([KVHeads·HeadDim,
+// width]), rotary embeddings on queries and keys, a.Core (PlainAttention by default) and "o_proj"
+// ([width, Heads·HeadDim]) back to x's width. x is [batch, sequence, width] in any dtype; the work
+// runs in the compute dtype of the policy on ctx's scope. Keys and values are projected once per
+// key/value head and never copied per query head.
+func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) *graph.Node {
+	if err := a.Validate(); err != nil {
+		panic("layers.GroupedQueryAttention: " + err.Error())
+	}
+	if x.Rank() != 3 {
+		panic(fmt.Sprintf("layers.GroupedQueryAttention: x must be [batch, sequence, width], got %s", x.Shape()))
+	}
+	batch, seq, width := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
+	heads := func(scope string, n int) *graph.Node {
+		return graph.Reshape(Linear(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
+	}
+	q := a.Rotary.Apply(heads("q_proj", a.Heads))
+	k := a.Rotary.Apply(heads("k_proj", a.KVHeads))
+	v := heads("v_proj", a.KVHeads)
+	softmaxDType, core := a.SoftmaxDType, a.Core
+	if softmaxDType == dtypes.InvalidDType {
+		softmaxDType = dtypes.Float32
+	}
+	if core == nil {
+		core = PlainAttention
+	}
+	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]
+	return Linear(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)
+}
