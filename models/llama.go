@@ -1,0 +1,127 @@
+package models
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
+
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/remat"
+)
+
+// Llama is a Llama-class decoder as Hugging Face's LlamaForCausalLM computes it: token embeddings,
+// Layers pre-norm blocks (RMSNorm, grouped-query attention with rotary embeddings, added to the
+// residual stream; RMSNorm, SwiGLU MLP, added), a final RMSNorm and an output layer (the embedding
+// table when the embeddings are tied), with logits returned in the policy's output dtype.
+//
+// Its variables are named as Hugging Face names its tensors, "." becoming a scope: HF's
+// "model.layers.0.self_attn.q_proj.weight" is the variable "weight" in scope
+// "/model/layers/0/self_attn/q_proj", with the same [out, in] layout.
+//
+// Its blocks are remat.Block kinds: "attn" (RMSNorm and attention), "mlp" (RMSNorm and SwiGLU) and
+// "block" (a whole layer), rematerialized when remat.SetBlocks names them on the context.
+type Llama struct {
+	Config LlamaConfig
+	Policy mixed.Policy
+	// SoftmaxDType is the attention softmax's dtype; float32 when unset.
+	SoftmaxDType dtypes.DType
+	// Attention computes attention from projected, rotated heads (see layers.PlainAttention for
+	// the contract); layers.PlainAttention when nil.
+	Attention func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node
+}
+
+// NewLlama returns the Llama of config with policy, a float32 softmax and plain attention, or an
+// error naming what cannot work.
+func NewLlama(config LlamaConfig, policy mixed.Policy) (Llama, error) {
+	if err := config.Validate(); err != nil {
+		return Llama{}, err
+	}
+	return Llama{Config: config, Policy: policy, SoftmaxDType: dtypes.Float32}, nil
+}
+
+// Logits maps tokens [batch, length] (integers, length <= MaxPositions) to logits [batch, length,
+// Vocab] in the policy's output dtype. It sets m.Policy on ctx's scope (mixed.SetPolicy) for its
+// layers.
+func (m Llama) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
+	return m.Head(ctx, m.Hidden(ctx, tokens))
+}
+
+// Hidden returns the final hidden states [batch, length, Hidden] for tokens (after the final
+// RMSNorm, in the compute dtype): Logits without the output layer, for a loss that applies Head
+// itself (one chunk of tokens at a time, for instance).
+func (m Llama) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
+	c := m.Config
+	if tokens.Rank() != 2 || !tokens.DType().IsInt() {
+		panic(fmt.Sprintf("models.Llama: tokens must be integers [batch, length], got %s", tokens.Shape()))
+	}
+	if length := tokens.Shape().Dim(1); length > c.MaxPositions {
+		panic(fmt.Sprintf("models.Llama: sequences of %d tokens exceed the model's %d positions (LlamaConfig.MaxPositions)", length, c.MaxPositions))
+	}
+	mixed.SetPolicy(ctx, m.Policy) // the layers read it from ctx's scope
+	model := ctx.In("model")
+	x := layers.Note(model.In("embed_tokens"), "Embed", layers.Lookup(model, m.embeddings(ctx, tokens.Graph()), tokens))
+	for i := range c.Layers {
+		x = m.layer(model.In("layers").In(strconv.Itoa(i)), x)
+	}
+	return layers.RMSNorm(model.In("norm"), x, c.NormEpsilon)
+}
+
+// Head maps hidden states [..., Hidden] (Hidden's output) to logits [..., Vocab] in the policy's
+// output dtype: "lm_head", or the embedding table when the embeddings are tied.
+func (m Llama) Head(ctx *context.Context, hidden *graph.Node) *graph.Node {
+	mixed.SetPolicy(ctx, m.Policy)
+	var logits *graph.Node
+	if m.Config.TiedEmbeddings {
+		logits = layers.LinearWith(ctx, hidden, m.embeddings(ctx, hidden.Graph()))
+	} else {
+		logits = layers.Linear(ctx.In("lm_head"), hidden, m.Config.Vocab)
+	}
+	return layers.Note(ctx, "logits", m.Policy.CastToOutput(logits))
+}
+
+// embeddings returns the token embedding table [Vocab, Hidden] ("model/embed_tokens/weight",
+// normal with std layers.InitializerRange, as transformers initializes it). With tied embeddings
+// the output layer reads the table the input layer created.
+func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
+	scope := ctx.In("model").In("embed_tokens")
+	if v := scope.GetVariableByScopeAndName(scope.Scope(), "weight"); v != nil {
+		return v.ValueGraph(g)
+	}
+	return scope.WithInitializer(initializers.RandomNormalFn(scope, layers.InitializerRange)).
+		VariableWithShape("weight", shapes.Make(m.Policy.Param, m.Config.Vocab, m.Config.Hidden)).ValueGraph(g)
+}
+
+// layer is one decoder layer: x + attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)), as the
+// remat.Block kinds "attn" and "mlp" inside the kind "block"; the residual additions stay outside
+// the branches.
+func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
+	c := m.Config
+	attention := c.Attention()
+	attention.SoftmaxDType, attention.Core = m.SoftmaxDType, m.Attention
+	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		h := layers.RMSNorm(ctx.In("input_layernorm"), in[0], c.NormEpsilon)
+		return []*graph.Node{layers.Note(ctx, "attention branch", layers.GroupedQueryAttention(ctx.In("self_attn"), h, attention))}
+	}
+	mlp := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		h := layers.RMSNorm(ctx.In("post_attention_layernorm"), in[0], c.NormEpsilon)
+		return []*graph.Node{layers.Note(ctx, "MLP branch", layers.SwiGLU(ctx.In("mlp"), h, c.Intermediate))}
+	}
+	whole := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		x := graph.Add(in[0], remat.Block(ctx, "attn", attn, in[0])[0])
+		return []*graph.Node{graph.Add(x, remat.Block(ctx, "mlp", mlp, x)[0])}
+	}
+	return remat.Block(ctx, "block", whole, x)[0]
+}
+
+// Loss returns the summed cross-entropy of predicting labels [batch, length] from tokens and the
+// number of labels counted (all of them, or those where mask is true), as float32 scalars, so that
+// callers form exact means across micro-batches.
+func (m Llama) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
+	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
+}

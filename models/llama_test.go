@@ -1,0 +1,307 @@
+package models_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/remat"
+)
+
+// TestLlamaPresetParameterCounts: the published presets count exactly the published parameters,
+// both by the config's formula and by the variables the model creates (shapes only: nothing is
+// allocated, which is what lets an 8B model be counted on a small machine).
+func TestLlamaPresetParameterCounts(t *testing.T) {
+	for name, want := range map[string]int64{
+		"tinyllama-1.1b": 1_100_048_384,
+		"llama-3.2-1b":   1_235_814_400,
+		"llama-3.1-8b":   8_030_261_248,
+		"tiny":           0, // no published count: the formula must match the variables
+	} {
+		config, err := models.LlamaPreset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := config.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if want != 0 && config.Params() != want {
+			t.Errorf("%s: LlamaConfig.Params() = %d, want %d", name, config.Params(), want)
+		}
+		m, err := models.NewLlama(config, mixed.Float32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := layers.Summarize(backendtest.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+			m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, 4)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Params != config.Params() {
+			t.Errorf("%s: the model creates %d parameters, the config counts %d", name, s.Params, config.Params())
+		}
+	}
+}
+
+// tinyLlama is a Llama small enough for float64 gradient checks, with grouped heads and Llama 3's
+// rotary scaling.
+func tinyLlama(tied bool) models.LlamaConfig {
+	return models.LlamaConfig{Vocab: 40, Hidden: 16, Intermediate: 24, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 4,
+		SeqLen: 9, MaxPositions: 64, RopeTheta: 10000, NormEpsilon: 1e-5, TiedEmbeddings: tied,
+		RopeScaling: &models.RopeScaling{Factor: 4, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 16}}
+}
+
+func plainConfig(c models.LlamaConfig) plainllama.Config {
+	p := plainllama.Config{Vocab: c.Vocab, Hidden: c.Hidden, Intermediate: c.Intermediate, Layers: c.Layers, Heads: c.Heads,
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Theta: c.RopeTheta, Eps: c.NormEpsilon, Tied: c.TiedEmbeddings}
+	if s := c.RopeScaling; s != nil {
+		p.Scaling = &plainllama.Scaling{Factor: s.Factor, Low: s.LowFreqFactor, High: s.HighFreqFactor, Original: s.OriginalMaxPositions}
+	}
+	return p
+}
+
+func randomTokens(seed uint64, vocab, batch, seq int) backendtest.Input {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	tokens := make([]int32, batch*seq)
+	for i := range tokens {
+		tokens[i] = int32(rng.IntN(vocab))
+	}
+	return backendtest.Input{Ints: tokens, Dims: []int{batch, seq}}
+}
+
+// TestLlamaMatchesPlainFloat64: the whole Llama's logits in float64 equal an independent plain
+// float64 implementation of Hugging Face's LlamaForCausalLM, its float64 gradients equal central
+// differences of that implementation, and the gradients of every parameter computed in float32
+// are within 1e-5 (relative L2) of the float64 ones; with tied and untied embeddings.
+func TestLlamaMatchesPlainFloat64(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		config := tinyLlama(tied)
+		const batch = 2
+		tokens := randomTokens(9, config.Vocab, batch, config.SeqLen)
+		check := backendtest.PlainCheck{
+			Inputs:  []backendtest.Input{tokens},
+			Perturb: 0.3, // norms away from ones, projections well above their 0.02 init
+			Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
+				m, err := models.NewLlama(config, mixed.Policy{Param: dtypes.Float64, Compute: compute, Output: dtypes.Float64})
+				if err != nil {
+					panic(err)
+				}
+				m.SoftmaxDType = compute
+				return m.Logits(ctx, in[0])
+			},
+			Plain: func(params map[string][]float64, in [][]float64) []float64 {
+				ids := make([]int, len(in[0]))
+				for i, v := range in[0] {
+					ids[i] = int(v)
+				}
+				return plainllama.Logits(plainConfig(config), params, ids, batch, config.SeqLen)
+			},
+		}
+		for _, backend := range backendtest.All() {
+			t.Run(fmt.Sprintf("tied %v/%s", tied, backend.Name()), func(t *testing.T) { check.Run(t, backend) })
+		}
+	}
+}
+
+// llamaStep builds the loss of the Llama on tokens (labels: the tokens shifted by one) and the
+// gradients of every parameter, with the remat kinds given.
+func llamaStep(m models.Llama, kinds []string) func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		if len(kinds) > 0 {
+			remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), kinds...)
+		}
+		sum, count := m.Loss(ctx, in[0], in[1], nil)
+		loss := graph.Div(sum, count)
+		var wrt []*graph.Node
+		for v := range ctx.IterVariables() {
+			if v.Trainable {
+				wrt = append(wrt, v.ValueGraph(loss.Graph()))
+			}
+		}
+		return append([]*graph.Node{loss}, graph.Gradient(loss, wrt...)...)
+	}
+}
+
+// runLlamaStep runs llamaStep on backend from the weights seed gives, and returns the loss and the
+// gradients (flattened, in variable order).
+func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, kinds []string, tokens, labels backendtest.Input) (float64, [][]float64) {
+	t.Helper()
+	ctx := context.New()
+	if err := ctx.SetRNGStateFromSeed(3); err != nil {
+		t.Fatal(err)
+	}
+	exec, err := context.NewExec(backend, ctx, llamaStep(m, kinds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Finalize()
+	outs, err := exec.Exec(tensors.FromFlatDataAndDimensions(tokens.Ints, tokens.Dims...), tensors.FromFlatDataAndDimensions(labels.Ints, labels.Dims...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := make([][]float64, len(outs)-1)
+	for i, o := range outs[1:] {
+		grads[i] = backendtest.Floats(o)
+	}
+	return backendtest.Floats(outs[0])[0], grads
+}
+
+// TestLlamaBFloat16: under params=float32,compute=bfloat16,output=float32 the tiny preset's loss
+// and gradients are within bfloat16's precision of float32's, its parameters and gradients are
+// float32, its layers compute in bfloat16 and its logits are float32.
+func TestLlamaBFloat16(t *testing.T) {
+	config, _ := models.LlamaPreset("tiny")
+	tokens, labels := randomTokens(1, config.Vocab, 4, config.SeqLen), randomTokens(2, config.Vocab, 4, config.SeqLen)
+	bf16 := mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}
+	for _, backend := range backendtest.All() {
+		m32, _ := models.NewLlama(config, mixed.Float32)
+		m16, _ := models.NewLlama(config, bf16)
+		loss32, grads32 := runLlamaStep(t, backend, m32, nil, tokens, labels)
+		loss16, grads16 := runLlamaStep(t, backend, m16, nil, tokens, labels)
+		worst := 0.0
+		for i := range grads32 {
+			worst = max(worst, backendtest.RelativeL2(grads16[i], grads32[i]))
+		}
+		t.Logf("%s: loss float32 %.6f, bfloat16 %.6f; worst gradient relative L2 %.3g", backend.Name(), loss32, loss16, worst)
+		if math.Abs(loss16-loss32) > 1e-2*loss32 {
+			t.Errorf("%s: bfloat16 loss %v, float32 %v: more than 1%% apart", backend.Name(), loss16, loss32)
+		}
+		if !(worst < 0.1) {
+			t.Errorf("%s: a bfloat16 gradient differs from float32's by %.3g (relative L2)", backend.Name(), worst)
+		}
+	}
+	m, _ := models.NewLlama(config, bf16)
+	s, err := layers.Summarize(backendtest.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Rows {
+		for _, p := range r.Params {
+			if !strings.Contains(p.Shape, "(Float32)") {
+				t.Errorf("parameter %s/%s is %s, want float32", r.Path, p.Name, p.Shape)
+			}
+		}
+		want := "(BFloat16)"
+		if r.Layer == "logits" {
+			want = "(Float32)"
+		}
+		if !strings.Contains(r.Output, want) {
+			t.Errorf("%s %s outputs %s, want %s", r.Path, r.Layer, r.Output, want)
+		}
+	}
+}
+
+// TestLlamaRematKinds: rematerializing the blocks "attn", "mlp", both, or "block" leaves the loss
+// and every gradient bit for bit as they are, and lowers the step's activations at its peak
+// (onegpu's estimate of the embedded backend's sequential execution). With an XLA plugin, XLA's
+// compiled temporaries drop too: XLA did not merge the recomputation back into the forward pass.
+func TestLlamaRematKinds(t *testing.T) {
+	config, _ := models.LlamaPreset("tiny")
+	config.Layers = 4
+	const batch = 8
+	tokens, labels := randomTokens(1, config.Vocab, batch, config.SeqLen), randomTokens(2, config.Vocab, batch, config.SeqLen)
+	m, _ := models.NewLlama(config, mixed.Float32)
+	kinds := [][]string{nil, {"attn"}, {"mlp"}, {"attn", "mlp"}, {"block"}}
+	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, batch, config.SeqLen), shapes.Make(dtypes.Int32, batch, config.SeqLen)}
+	activations := map[string]int64{}
+	var loss0 float64
+	var grads0 [][]float64
+	for _, k := range kinds {
+		name := strings.Join(k, ",")
+		if name == "" {
+			name = "none"
+		}
+		p, err := ograph.ContextProgram(backendtest.Embedded(), context.New(), "llama", inputs, llamaStep(m, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		activations[name] = ograph.Analyze(p).Breakdown[ograph.Activations]
+		p.Graph.Finalize()
+		loss, grads := runLlamaStep(t, backendtest.Embedded(), m, k, tokens, labels)
+		if k == nil {
+			loss0, grads0 = loss, grads
+			continue
+		}
+		if loss != loss0 {
+			t.Errorf("remat %s: loss %v, without remat %v", name, loss, loss0)
+		}
+		for i := range grads {
+			if d := backendtest.RelativeL2(grads[i], grads0[i]); d != 0 {
+				t.Errorf("remat %s: gradient #%d differs from the one without remat by %.3g", name, i, d)
+			}
+		}
+		if activations[name] >= activations["none"] {
+			t.Errorf("remat %s: activations at the peak %d bytes, without remat %d", name, activations[name], activations["none"])
+		}
+	}
+	t.Logf("activations at the step's peak (embedded backend, sequential): %v", activations)
+	xla := backendtest.XLA()
+	if xla == nil {
+		return
+	}
+	temporaries := map[string]int64{}
+	for _, k := range [][]string{nil, {"block"}} {
+		p, err := ograph.ContextProgram(xla, context.New(), "llama", inputs, llamaStep(m, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		compiled, err := ograph.CompileProgram(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		temporaries[strings.Join(k, ",")] = compiled.TemporaryBytes
+		p.Graph.Finalize()
+	}
+	t.Logf("XLA temporary bytes: none %d, block %d", temporaries[""], temporaries["block"])
+	if float64(temporaries["block"]) > 0.7*float64(temporaries[""]) {
+		t.Errorf("remat block keeps %d temporary bytes on XLA, none %d: XLA merged the recomputation back?", temporaries["block"], temporaries[""])
+	}
+}
+
+// TestLlamaConfigErrors: Validate names the field that cannot work.
+func TestLlamaConfigErrors(t *testing.T) {
+	base, _ := models.LlamaPreset("tiny")
+	for _, tc := range []struct {
+		change func(c *models.LlamaConfig)
+		want   string
+	}{
+		{func(c *models.LlamaConfig) { c.KVHeads = 3 }, "KVHeads = 3 does not divide Heads = 4"},
+		{func(c *models.LlamaConfig) { c.HeadDim = 15 }, "HeadDim = 15 must be even"},
+		{func(c *models.LlamaConfig) { c.Layers = 0 }, "Layers = 0 must be at least 1"},
+		{func(c *models.LlamaConfig) { c.SeqLen = 300 }, "SeqLen = 300 exceeds MaxPositions = 256"},
+		{func(c *models.LlamaConfig) { c.RopeTheta = math.NaN() }, "RopeTheta = NaN"},
+		{func(c *models.LlamaConfig) { c.NormEpsilon = 0 }, "NormEpsilon = 0"},
+		{func(c *models.LlamaConfig) { c.RopeScaling.HighFreqFactor = 0.5 }, "RopeScaling: rotary embeddings: llama3 scaling needs 0 < low_freq_factor < high_freq_factor"},
+		{func(c *models.LlamaConfig) { c.Vocab, c.Hidden = 1<<30, 1<<20 }, "the parameter count would be"},
+	} {
+		c, _ := models.LlamaPreset("tiny")
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate() = %v, want an error containing %q", err, tc.want)
+		}
+	}
+	if base.RopeScaling.HighFreqFactor != 4 {
+		t.Errorf("changing a preset's copy changed the table (RopeScaling is shared)")
+	}
+	if _, err := models.LlamaPreset("llama-4"); err == nil || !strings.Contains(err.Error(), "tinyllama-1.1b") {
+		t.Errorf("LlamaPreset(llama-4) = %v, want an error listing the presets", err)
+	}
+}
