@@ -62,19 +62,27 @@ func (c GPTConfig) Validate() error {
 		return fmt.Errorf("GPT config: LearningRate = %g must be a finite number, at least 0", c.LearningRate)
 	}
 	micro := float64(c.Batch / c.MicroBatch)
-	sizes := []struct {
-		what     string
-		elements float64
-	}{
+	return checkSizes("GPT config", []tensorSize{
 		{"the parameter count", paramCount[float64](c)},
 		{"a batch of tokens (Batch × SeqLen)", float64(c.Batch) * float64(c.SeqLen)},
 		{"a micro-batch's logits (Batch/MicroBatch × SeqLen × Vocab)", micro * float64(c.SeqLen) * float64(c.Vocab)},
 		{"a micro-batch's MLP activations (Batch/MicroBatch × SeqLen × MLPFactor·Hidden)", micro * float64(c.SeqLen) * float64(c.MLPFactor) * float64(c.Hidden)},
 		{"a micro-batch's attention scores (Batch/MicroBatch × heads × SeqLen²)", micro * float64(c.Heads()) * float64(c.SeqLen) * float64(c.SeqLen)},
-	}
+	})
+}
+
+// tensorSize is the number of values of a tensor (or count) a config asks for, as a float64 so
+// that it cannot overflow, and what it is, for people.
+type tensorSize struct {
+	what     string
+	elements float64
+}
+
+// checkSizes returns an error, prefixed with model, naming the first size past MaxTensorElements.
+func checkSizes(model string, sizes []tensorSize) error {
 	for _, size := range sizes {
 		if size.elements > MaxTensorElements {
-			return fmt.Errorf("GPT config: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", size.what, size.elements)
+			return fmt.Errorf("%s: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", model, size.what, size.elements)
 		}
 	}
 	return nil

@@ -2,8 +2,9 @@ package models
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/onegpu/onegpu/layers"
@@ -75,22 +76,13 @@ func (c LlamaConfig) Validate() error {
 	if !(c.NormEpsilon > 0) || math.IsInf(c.NormEpsilon, 0) {
 		return fmt.Errorf("Llama config: NormEpsilon = %g must be a finite number above 0 (e.g. 1e-5)", c.NormEpsilon)
 	}
-	sizes := []struct {
-		what     string
-		elements float64
-	}{
+	return checkSizes("Llama config", []tensorSize{
 		{"the parameter count", llamaParamCount[float64](c)},
 		{"a sequence's logits (SeqLen × Vocab)", float64(c.SeqLen) * float64(c.Vocab)},
 		{"a sequence's MLP activations (SeqLen × Intermediate)", float64(c.SeqLen) * float64(c.Intermediate)},
 		{"a sequence's attention scores (Heads × SeqLen²)", float64(c.Heads) * float64(c.SeqLen) * float64(c.SeqLen)},
 		{"the query projection (Heads·HeadDim × Hidden)", float64(c.Heads) * float64(c.HeadDim) * float64(c.Hidden)},
-	}
-	for _, size := range sizes {
-		if size.elements > MaxTensorElements {
-			return fmt.Errorf("Llama config: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", size.what, size.elements)
-		}
-	}
-	return nil
+	})
 }
 
 // Params returns the number of parameters of the Llama, counted from the config: the embedding
@@ -149,10 +141,5 @@ func LlamaPreset(name string) (LlamaConfig, error) {
 
 // LlamaPresetNames lists the Llama presets, sorted.
 func LlamaPresetNames() []string {
-	names := make([]string, 0, len(LlamaPresets))
-	for n := range LlamaPresets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(LlamaPresets))
 }
