@@ -1,0 +1,188 @@
+package hf_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/models"
+)
+
+// The fixtures' configs, as reference/hf/make_fixture.py builds them (transformers 5 writes
+// rope_parameters with rope_theta inside).
+var (
+	untiedConfig = models.LlamaConfig{Vocab: 256, Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+		SeqLen: 128, MaxPositions: 128, RopeTheta: 50000, NormEpsilon: 1e-6,
+		RopeScaling: &models.RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}}
+	tiedConfig = models.LlamaConfig{Vocab: 128, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 1, HeadDim: 8,
+		SeqLen: 64, MaxPositions: 64, RopeTheta: 10000, NormEpsilon: 1e-5, TiedEmbeddings: true}
+)
+
+const (
+	untiedDir = "testdata/llama3_untied"
+	tiedDir   = "testdata/tied_bf16_sharded"
+)
+
+// withoutDescription drops the one field that depends on where the config was read.
+func withoutDescription(c models.LlamaConfig) models.LlamaConfig {
+	c.Description = ""
+	return c
+}
+
+func TestReadConfigFixtures(t *testing.T) {
+	for _, tc := range []struct {
+		dir  string
+		want models.LlamaConfig
+	}{{untiedDir, untiedConfig}, {tiedDir, tiedConfig}} {
+		got, err := hf.ReadConfig(tc.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(withoutDescription(got), tc.want) {
+			t.Errorf("%s:\n got %+v %+v\nwant %+v %+v", tc.dir, got, got.RopeScaling, tc.want, tc.want.RopeScaling)
+		}
+		if !strings.Contains(got.Description, filepath.Join(tc.dir, "config.json")) {
+			t.Errorf("description %q does not name the file", got.Description)
+		}
+	}
+}
+
+// Published config.json files (transformers 4's fields: rope_theta and rope_scaling, torch_dtype;
+// TinyLlama's has no head_dim) parse into shapes whose parameter counts are the published ones.
+func TestParsePublishedConfigs(t *testing.T) {
+	llama32 := `{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+	  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+	  "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false,
+	  "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+	  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+	  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+	  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0",
+	  "use_cache": true, "vocab_size": 128256}`
+	llama31 := strings.NewReplacer(`"hidden_size": 2048`, `"hidden_size": 4096`, `"head_dim": 64`, `"head_dim": 128`,
+		`"intermediate_size": 8192`, `"intermediate_size": 14336`, `"num_hidden_layers": 16`, `"num_hidden_layers": 32`,
+		`"factor": 32.0`, `"factor": 8.0`, `"tie_word_embeddings": true`, `"tie_word_embeddings": false`).Replace(llama32)
+	tinyLlama := `{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 1, "eos_token_id": 2,
+	  "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632,
+	  "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 22,
+	  "num_key_value_heads": 4, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+	  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.35.0", "use_cache": true, "vocab_size": 32000}`
+	mistral := `{"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu", "hidden_size": 4096,
+	  "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32,
+	  "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": null, "head_dim": null,
+	  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32768}`
+	for _, tc := range []struct {
+		name   string
+		json   string
+		params int64
+		check  func(models.LlamaConfig) bool
+	}{
+		{"Llama-3.2-1B", llama32, 1_235_814_400, func(c models.LlamaConfig) bool {
+			return c.TiedEmbeddings && c.RopeTheta == 500000 && *c.RopeScaling == models.RopeScaling{Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192} &&
+				c.SeqLen == hf.DefaultSeqLen && c.MaxPositions == 131072
+		}},
+		{"Llama-3.1-8B", llama31, 8_030_261_248, func(c models.LlamaConfig) bool { return !c.TiedEmbeddings && c.RopeScaling.Factor == 8 }},
+		{"TinyLlama-1.1B", tinyLlama, 1_100_048_384, func(c models.LlamaConfig) bool {
+			return c.HeadDim == 64 && c.RopeScaling == nil && c.SeqLen == 2048 && c.KVHeads == 4
+		}},
+		// Mistral-7B-v0.3 without a sliding window: the Llama's tensors and math.
+		{"Mistral-7B-v0.3", mistral, 7_248_023_552, func(c models.LlamaConfig) bool {
+			return c.HeadDim == 128 && c.RopeTheta == 1e6 && strings.Contains(c.Description, "MistralForCausalLM")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := hf.ParseConfig([]byte(tc.json), tc.name+"/config.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Params() != tc.params || !tc.check(c) {
+				t.Errorf("%+v (%d parameters, want %d)", c, c.Params(), tc.params)
+			}
+		})
+	}
+}
+
+// edit returns the untied fixture's config.json with fields set (a nil value deletes the field).
+func edit(t *testing.T, fields map[string]any) []byte {
+	t.Helper()
+	var m map[string]any
+	raw, err := os.ReadFile(filepath.Join(untiedDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range fields {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// TestParseConfigRefuses: what models.Llama cannot compute exactly is an error naming the file,
+// the field and the value.
+func TestParseConfigRefuses(t *testing.T) {
+	rope := func(kind string) map[string]any {
+		return map[string]any{"rope_type": kind, "factor": 2.0, "rope_theta": 10000.0}
+	}
+	for _, tc := range []struct {
+		name   string
+		fields map[string]any
+		want   string
+	}{
+		{"unknown model_type", map[string]any{"model_type": "gpt2"}, `model_type: "gpt2" is not supported`},
+		{"no model_type", map[string]any{"model_type": nil}, "model_type: <nil>: missing"},
+		{"qwen2", map[string]any{"model_type": "qwen2", "architectures": []string{"Qwen2ForCausalLM"}}, "biases on q_proj"},
+		{"sequence classification", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, `architectures: [LlamaForSequenceClassification]`},
+		{"mistral with a window", map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}, "sliding_window": 64}, "sliding_window: 64 is shorter than max_position_embeddings 128"},
+		{"attention bias", map[string]any{"attention_bias": true}, "attention_bias: true"},
+		{"mlp bias", map[string]any{"mlp_bias": true}, "mlp_bias: true"},
+		{"gelu", map[string]any{"hidden_act": "gelu"}, "hidden_act: gelu"},
+		{"attention dropout", map[string]any{"attention_dropout": 0.1}, "attention_dropout: 0.1"},
+		{"linear rope", map[string]any{"rope_parameters": rope("linear")}, `rope_parameters: rope_type "linear" is not supported`},
+		{"yarn rope (transformers 4)", map[string]any{"rope_parameters": nil, "rope_scaling": rope("yarn")}, `rope_scaling: rope_type "yarn" is not supported`},
+		{"dynamic rope (old spelling)", map[string]any{"rope_parameters": nil, "rope_scaling": map[string]any{"type": "dynamic", "factor": 2.0}}, `rope_type "dynamic"`},
+		{"llama3 without factor", map[string]any{"rope_parameters": map[string]any{"rope_type": "llama3", "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 32}}, "rope_parameters.factor: missing"},
+		{"llama3 with an unknown key", map[string]any{"rope_parameters": map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 32, "beta": 1}}, "unknown keys beta"},
+		{"no hidden_size", map[string]any{"hidden_size": nil}, "hidden_size: missing"},
+		{"fractional heads", map[string]any{"num_attention_heads": 4.5}, "num_attention_heads: 4.5 is not a non-negative integer"},
+		{"string layers", map[string]any{"num_hidden_layers": "2"}, "num_hidden_layers: 2 is not"},
+		{"tie not a bool", map[string]any{"tie_word_embeddings": "yes"}, "tie_word_embeddings: yes is not true or false"},
+		{"kv heads do not divide", map[string]any{"num_key_value_heads": 3}, "KVHeads"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := hf.ParseConfig(edit(t, tc.fields), "some/config.json")
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "some/config.json") {
+				t.Fatalf("error %v, want one naming some/config.json and containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := hf.ParseConfig([]byte("[1, 2]"), "x/config.json"); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
+		t.Errorf("an array: %v", err)
+	}
+}
+
+// TestParseConfigDefaults: missing optional fields take transformers' LlamaConfig defaults.
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := hf.ParseConfig(edit(t, map[string]any{"num_key_value_heads": nil, "head_dim": nil, "rms_norm_eps": nil,
+		"tie_word_embeddings": nil, "rope_parameters": nil, "architectures": nil, "hidden_act": nil}), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.KVHeads != 4 || c.HeadDim != 16 || c.NormEpsilon != 1e-6 || c.TiedEmbeddings || c.RopeTheta != 10000 || c.RopeScaling != nil {
+		t.Errorf("%+v", c)
+	}
+	// A "default" rope_type is no scaling, with the theta it gives.
+	c, err = hf.ParseConfig(edit(t, map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1234.0}}), "x")
+	if err != nil || c.RopeScaling != nil || c.RopeTheta != 1234 {
+		t.Errorf("%+v, %v", c, err)
+	}
+}

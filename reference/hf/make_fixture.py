@@ -1,0 +1,99 @@
+"""The Hugging Face fixtures of onegpu's hf package, made and checked with transformers itself.
+
+    python make_fixture.py make [OUT]               # writes the fixtures below into OUT (default hf/testdata)
+    python make_fixture.py compare EXPORTED FIXTURE # loads a folder onegpu exported into transformers and
+                                                    # compares its logits with FIXTURE's (e.g. hf/testdata/llama3_untied)
+
+Each fixture is a folder that save_pretrained wrote (config.json, safetensors weights) and, beside
+it, FIXTURE.logits.safetensors with "tokens" (int64 [batch, seq]) and transformers' float32
+"logits" [batch, seq, vocab] for them. The models are tiny and random, with weights scaled up from
+transformers' std 0.02 so that logits are of order one and a wrong rotation, norm or head shows.
+
+Install into a separate venv (torch is ~3 GB; CI does not need it):
+    python3.12 -m venv /work/hfvenv && /work/hfvenv/bin/pip install -r reference/hf/requirements.txt
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for the hub
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+FIXTURES = {
+    # Llama 3 style: rotary frequency scaling (all three of its regimes at head_dim 16), untied
+    # output layer, grouped-query attention (4 heads on 2), non-default theta and epsilon; float32.
+    "llama3_untied": dict(
+        config=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                    rope_theta=50000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                    rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+        dtype=torch.float32, max_shard_size=None, seed=1),
+    # Llama 2 / TinyLlama style: no scaling, tied embeddings, one key/value head; saved in bfloat16
+    # and sharded (an index and several files), as published checkpoints are.
+    "tied_bf16_sharded": dict(
+        config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
+                    rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_scaling=None),
+        dtype=torch.bfloat16, max_shard_size="20KB", seed=2),
+}
+BATCH, SEQ = 2, 24
+
+
+def tokens_for(vocab, seed):
+    return np.random.default_rng(seed).integers(0, vocab, size=(BATCH, SEQ), dtype=np.int64)
+
+
+def logits_of(model, tokens):
+    with torch.no_grad():
+        return model(torch.from_numpy(tokens)).logits.float().numpy()
+
+
+def make(out):
+    os.makedirs(out, exist_ok=True)
+    for name, spec in FIXTURES.items():
+        torch.manual_seed(spec["seed"])
+        model = LlamaForCausalLM(LlamaConfig(**spec["config"])).eval()
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if pname.endswith("norm.weight"):
+                    p.copy_(1 + 0.2 * torch.randn_like(p))  # not all ones: a misread norm shows
+                else:
+                    p.copy_(0.15 * torch.randn_like(p))
+        folder = os.path.join(out, name)
+        model.to(spec["dtype"])
+        kwargs = {"max_shard_size": spec["max_shard_size"]} if spec["max_shard_size"] else {}
+        model.save_pretrained(folder, **kwargs)
+        # The reference logits come from the saved files, read back in float32 as transformers reads
+        # them: for the bfloat16 fixture, float32 math on bfloat16-rounded weights.
+        reloaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        tokens = tokens_for(spec["config"]["vocab_size"], spec["seed"])
+        logits = logits_of(reloaded, tokens)
+        save_file({"tokens": tokens, "logits": logits}, os.path.join(out, name + ".logits.safetensors"))
+        files = sorted(os.listdir(folder))
+        print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, files {files}, "
+              f"logits {list(logits.shape)} in [{logits.min():.3f}, {logits.max():.3f}]")
+
+
+def compare(exported, fixture):
+    ref = load_file(fixture.rstrip("/") + ".logits.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32).eval()
+    logits = logits_of(model, ref["tokens"])
+    diff = float(np.max(np.abs(logits - ref["logits"])))
+    original = AutoModelForCausalLM.from_pretrained(fixture, dtype=torch.float32).state_dict()
+    weights = max(float((p - original[k]).abs().max()) for k, p in model.state_dict().items())
+    print(json.dumps({"exported": exported, "fixture": fixture, "class": type(model).__name__,
+                      "max_abs_logits_difference": diff, "max_abs_weight_difference": weights}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "make" and len(sys.argv) <= 3:
+        make(sys.argv[2] if len(sys.argv) == 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"))
+    elif len(sys.argv) == 4 and sys.argv[1] == "compare":
+        compare(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
