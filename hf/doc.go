@@ -13,8 +13,9 @@
 // float32 or bfloat16, sharded above 5 GB, which transformers loads unchanged.
 //
 //	config, err := hf.Load(ctx, "TinyLlama-1.1B", dtypes.Float32)
-//	llama, err := models.NewLlama(config, mixed.Policy{...})
-//	logits := llama.Logits(ctx, tokens) // uses the loaded variables
+//	llama, err := models.NewLlama(config, policy)
+//	// ctx.Reuse(): every variable the model reads must be one the checkpoint gave.
+//	logits := llama.Logits(ctx.Reuse(), tokens)
 //	...
 //	err = hf.Export(ctx, "out", config, hf.ExportOptions{DType: dtypes.BFloat16, From: "TinyLlama-1.1B"})
 //

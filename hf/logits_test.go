@@ -53,14 +53,16 @@ func readReference(t *testing.T, fixture string) reference {
 }
 
 // llamaLogits runs models.Llama (float32 throughout) on the reference's tokens with the weights
-// loaded into ctx, and returns the largest absolute difference from transformers' logits.
+// loaded into ctx, and returns the largest absolute difference from transformers' logits. The model
+// is built with ctx.Reuse(), so that a variable the checkpoint did not provide is an error, not a
+// fresh random weight.
 func llamaLogits(t *testing.T, backend backends.Backend, ctx *context.Context, c models.LlamaConfig, ref reference) float64 {
 	t.Helper()
 	m, err := models.NewLlama(c, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.Float32, Output: dtypes.Float32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, tokens *graph.Node) *graph.Node {
+	exec, err := context.NewExec(backend, ctx.Reuse(), func(ctx *context.Context, tokens *graph.Node) *graph.Node {
 		return m.Logits(ctx, tokens)
 	})
 	if err != nil {
