@@ -81,3 +81,34 @@ func writeRandomCheckpoint(tb testing.TB, dir string, c models.LlamaConfig) {
 		tb.Fatal(err)
 	}
 }
+
+// BenchmarkExport writes the same 14.2M-parameter model (float32 variables) as a bfloat16
+// checkpoint and reports extra-B/op, the bytes Export allocates (conversion buffers, headers):
+// it never holds a file's worth of data.
+//
+//	go test ./hf -run XXX -bench Export -benchtime 5x
+func BenchmarkExport(b *testing.B) {
+	c := models.LlamaConfig{Vocab: 8192, Hidden: 512, Intermediate: 1408, Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 64,
+		SeqLen: 512, MaxPositions: 512, RopeTheta: 10000, NormEpsilon: 1e-5}
+	dir := b.TempDir()
+	writeRandomCheckpoint(b, dir, c)
+	ctx := context.New()
+	if err := hf.LoadWeights(ctx, dir, c, dtypes.Float32); err != nil {
+		b.Fatal(err)
+	}
+	out := filepath.Join(b.TempDir(), "out")
+	b.ReportAllocs()
+	b.ResetTimer()
+	var allocated uint64
+	for range b.N {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		if err := hf.Export(ctx, out, c, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
+			b.Fatal(err)
+		}
+		runtime.ReadMemStats(&m1)
+		allocated += m1.TotalAlloc - m0.TotalAlloc
+	}
+	b.ReportMetric(float64(allocated/uint64(b.N)), "extra-B/op")
+	b.ReportMetric(float64(c.Params()*2), "file-B")
+}
