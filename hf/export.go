@@ -75,6 +75,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 		return fmt.Errorf("exporting to %s: MaxShardBytes %d must be positive", dir, opts.MaxShardBytes)
 	}
 	to := fileTypes[opts.DType]
+	buf := make([]byte, 2*chunkBytes) // one conversion buffer for every tensor: 1 MiB of source values, as float32 at most twice that
 	var shards [][]safetensors.Tensor
 	var shardBytes, total int64
 	var problems []string
@@ -100,7 +101,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 		shardBytes += size
 		total += size
 		shards[len(shards)-1] = append(shards[len(shards)-1], safetensors.Tensor{Name: spec.Name, DType: to, Shape: spec.Shape,
-			Data: func(w io.Writer) error { return writeVariable(w, v, from, to) }})
+			Data: func(w io.Writer) error { return writeVariable(w, v, from, to, buf) }})
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("exporting to %s (nothing was written):\n  %s", dir, strings.Join(problems, "\n  "))
@@ -148,8 +149,9 @@ func scopeName(ctx *context.Context, tensorName string) string {
 	return context.JoinScope(scope.Scope(), name)
 }
 
-// writeVariable writes a variable's value converted to the file's dtype, 1 MiB at a time.
-func writeVariable(w io.Writer, v *context.Variable, from, to safetensors.DType) error {
+// writeVariable writes a variable's value converted to the file's dtype, 1 MiB of it at a time
+// through buf (at least 2 MiB).
+func writeVariable(w io.Writer, v *context.Variable, from, to safetensors.DType, buf []byte) error {
 	value, err := v.Value()
 	if err != nil {
 		return err
@@ -157,7 +159,6 @@ func writeVariable(w io.Writer, v *context.Variable, from, to safetensors.DType)
 	var writeErr error
 	err = value.ConstBytes(func(src []byte) {
 		step := chunkBytes / valueBytes(from) * valueBytes(from)
-		buf := make([]byte, min(len(src), step)/valueBytes(from)*valueBytes(to))
 		for pos := 0; pos < len(src) && writeErr == nil; pos += step {
 			chunk := src[pos:min(pos+step, len(src))]
 			out := buf[:len(chunk)/valueBytes(from)*valueBytes(to)]
