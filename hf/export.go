@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
+	"github.com/onegpu/onegpu/internal/atomicfile"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -85,7 +87,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 		case v == nil:
 			problems = append(problems, fmt.Sprintf("no variable for %s (%s)", spec.Name, scopeName(ctx, spec.Name)))
 			continue
-		case !equalShapes(v.Shape().Dimensions, spec.Shape):
+		case !slices.Equal(v.Shape().Dimensions, spec.Shape):
 			problems = append(problems, fmt.Sprintf("variable %s has shape %v, the config gives %s %v", v.ScopeAndName(), v.Shape().Dimensions, spec.Name, spec.Shape))
 			continue
 		}
@@ -270,29 +272,7 @@ func removeStale(dir string, written map[string]bool) error {
 	return nil
 }
 
-// writeFileAtomic writes data to path through a synced temporary file and a rename.
-func writeFileAtomic(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+// writeFileAtomic writes data to path whole or not at all.
+func writeFileAtomic(path string, data []byte) error {
+	return atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(data); return err })
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -106,11 +107,11 @@ func plan(ctx *context.Context, w *weights, c models.LlamaConfig, param dtypes.D
 		if _, ok := variableTypes[info.DType]; !ok {
 			problems = append(problems, fmt.Sprintf("tensor %s in %s is %s: onegpu reads F32, BF16, F16 or F64 weights", spec.Name, file.Path(), info.DType))
 		}
-		if !equalShapes(info.Shape, spec.Shape) {
+		if !slices.Equal(info.Shape, spec.Shape) {
 			problems = append(problems, fmt.Sprintf("tensor %s in %s has shape %v, the config gives %v", spec.Name, file.Path(), info.Shape, spec.Shape))
 		}
 		if v := it.variable; v != nil {
-			if !equalShapes(v.Shape().Dimensions, spec.Shape) {
+			if !slices.Equal(v.Shape().Dimensions, spec.Shape) {
 				problems = append(problems, fmt.Sprintf("variable %s has shape %v, the checkpoint's %s %v: the context holds another model", v.ScopeAndName(), v.Shape().Dimensions, spec.Name, spec.Shape))
 			}
 			if _, ok := fileTypes[v.DType()]; !ok {
@@ -153,24 +154,12 @@ func list(names []string) string {
 	return strings.Join(names, ", ")
 }
 
-func equalShapes(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // sameTensor returns nil when the checkpoint's tensors a and b have the same dtype, shape and
 // bytes (compared chunk by chunk).
 func sameTensor(w *weights, a, b string) error {
 	ia, fa, _ := w.info(a)
 	ib, fb, ok := w.info(b)
-	if !ok || ia.DType != ib.DType || !equalShapes(ia.Shape, ib.Shape) {
+	if !ok || ia.DType != ib.DType || !slices.Equal(ia.Shape, ib.Shape) {
 		return fmt.Errorf("%s (%s%v) is not a copy of %s", a, ia.DType, ia.Shape, b)
 	}
 	ra, err := fa.Reader(a)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +115,7 @@ func checkFixtureFile(t *testing.T, path string, open func(string) (*safetensors
 		if !ok {
 			t.Fatalf("no tensor %q", want.name)
 		}
-		if info.DType != want.dtype || !equalInts(info.Shape, want.shape) {
+		if info.DType != want.dtype || !slices.Equal(info.Shape, want.shape) {
 			t.Errorf("%s: %s%v, want %s%v", want.name, info.DType, info.Shape, want.dtype, want.shape)
 		}
 		got, err := f.ReadTensor(want.name)
@@ -139,18 +140,6 @@ func checkFixtureFile(t *testing.T, path string, open func(string) (*safetensors
 			}
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestReadsPythonFile reads the committed file written by Python's safetensors 0.8.0 (by

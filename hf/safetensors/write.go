@@ -1,16 +1,15 @@
 package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/onegpu/onegpu/internal/atomicfile"
 )
 
 // Tensor is one tensor to write: its name, element type and shape, and a function that writes its
@@ -156,34 +155,12 @@ func Write(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 
 // WriteFile writes a safetensors file at path whole or not at all: into a temporary file in the
 // same folder, synced, then renamed over path.
-func WriteFile(path string, tensors []Tensor, metadata map[string]string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	err := atomicfile.Write(path, func(w io.Writer) error { return Write(w, tensors, metadata) })
 	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err = Write(bw, tensors, metadata); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }
 
 type countingWriter struct {
