@@ -5,7 +5,9 @@
 
 DIR is what onegpu's train.Trainer.Export wrote (`onegpu compare` does it): config.json,
 params/<flax path>.npy (float32) and inputs.npy / labels.npy (the batches of every step, stacked).
-The script builds the tutorial's model (models.py) with onegpu's configuration, loads the weights
+The script builds the model config["model"] names (models.py: the tutorial's "gpt" or "mlp", or
+"llama" with its shape under config["llama"] in Hugging Face's config.json keys) with onegpu's
+configuration, loads the weights
 (every exported parameter must match one of the model's, by path and shape, and none may be left
 over), and trains config["steps"] steps the way the tutorial does: per-micro-batch gradients of
 the mean cross-entropy, summed and divided by the number of micro-batches (accumulate_gradients),
@@ -113,7 +115,13 @@ def build_model(cfg, layer_dtypes):
         return models.MLPClassifier(models.ClassifierConfig(
             hidden_size=m["hidden_size"], num_classes=m["num_classes"], dropout_rate=m["dropout_rate"],
             dtype=DTYPES[policy["compute"]], param_dtype=DTYPES[policy["params"]], layer_dtypes=layer_dtypes))
-    raise SystemExit(f"unknown model {cfg['model']!r}")
+    if cfg["model"] == "llama":
+        # The shape as Hugging Face's config.json names it (onegpu writes those keys).
+        return models.Llama(models.llama_config(
+            cfg["llama"], dtype=DTYPES[policy["compute"]], param_dtype=DTYPES[policy["params"]],
+            output_dtype=DTYPES[policy["output"]], softmax_dtype=DTYPES[cfg["softmax_dtype"]],
+            remat=tuple(cfg["remat"]), remat_policy=remat_policy(cfg["remat_policy"])))
+    raise SystemExit(f"unknown model {cfg['model']!r}: the reference has gpt, mlp and llama")
 
 
 def load_params(folder, cfg, model, example):
@@ -244,7 +252,7 @@ def main():
     ap.add_argument("folder", help="the folder onegpu exported (config.json, params/, inputs.npy, labels.npy)")
     ap.add_argument("--accumulate", choices=["auto", "loop", "scan"], default="auto",
                     help="micro-batch loop: unrolled Python loop or lax.scan (auto: the tutorial's choice, "
-                         "scan for the GPT as in Part 1.2, loop for the MLP as in Part 1.1)")
+                         "scan for the GPT as in Part 1.2 and for the Llama, loop for the MLP as in Part 1.1)")
     ap.add_argument("--layer-dtypes", choices=["flax", "onegpu"], default="flax",
                     help="where LayerNorm and Embed cast in bfloat16: Flax's layers (the tutorial) or onegpu's placement")
     ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
@@ -267,7 +275,7 @@ def main():
     steps = args.steps or cfg["steps"]
     accumulate = args.accumulate
     if accumulate == "auto":
-        accumulate = "scan" if cfg["model"] == "gpt" else "loop"
+        accumulate = "loop" if cfg["model"] == "mlp" else "scan"
 
     inputs = np.load(os.path.join(args.folder, cfg["inputs"]))
     labels = np.load(os.path.join(args.folder, cfg["labels"]))
