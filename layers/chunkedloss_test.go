@@ -1,0 +1,205 @@
+package layers_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+)
+
+const lossBatch, lossSeq, lossWidth, lossVocab = 2, 7, 6, 11 // 14 tokens
+
+type lossCase struct {
+	chunk        int
+	classesFirst bool
+	bias         bool
+	weights      string // "", "mask" or "float"
+	tied         bool   // x is an embedding lookup in the projection's weight, plus an input
+}
+
+func (c lossCase) String() string {
+	return fmt.Sprintf("chunk%d_first%t_bias%t_w%s_tied%t", c.chunk, c.classesFirst, c.bias, c.weights, c.tied)
+}
+
+// lossCases: the first two also run on XLA.
+var lossCases = []lossCase{
+	{chunk: 4, classesFirst: true, tied: true, weights: "mask"},
+	{chunk: 3, bias: true, weights: "float"},
+	{chunk: 4},
+	{chunk: 5, classesFirst: true, weights: "mask"},
+	{chunk: 14, bias: true},
+	{chunk: 100, classesFirst: true, tied: true},
+}
+
+// lossGradients returns the loss's sum and count and the gradients of the sum with respect to x,
+// the weight and (with a bias) the bias, computing in dtype. Inputs: x, weight, bias, labels,
+// tokens (for the tied lookup), weights.
+func lossGradients(c lossCase, chunked bool, dtype dtypes.DType) func(xs []*graph.Node) []*graph.Node {
+	return func(xs []*graph.Node) []*graph.Node {
+		x, w, b := graph.ConvertDType(xs[0], dtype), graph.ConvertDType(xs[1], dtype), graph.ConvertDType(xs[2], dtype)
+		labels, tokens := xs[3], xs[4]
+		var weights *graph.Node
+		switch c.weights {
+		case "mask":
+			weights = graph.GreaterThan(xs[5], graph.ScalarZero(xs[5].Graph(), dtypes.Float64))
+		case "float":
+			weights = graph.Abs(xs[5])
+		}
+		h := x
+		if c.tied {
+			h = graph.Add(graph.Mul(graph.Gather(w, graph.InsertAxes(tokens, -1)), x), x)
+		}
+		proj := layers.Projection{Weight: w, ClassesFirst: c.classesFirst}
+		if c.bias {
+			proj.Bias = b
+		}
+		var sum, count *graph.Node
+		if chunked {
+			sum, count = layers.ChunkedCrossEntropySum(h, proj, labels, weights, c.chunk)
+		} else {
+			contract := 0
+			if c.classesFirst {
+				contract = 1
+			}
+			logits := graph.DotGeneral(h, []int{2}, nil, w, []int{contract}, nil)
+			if c.bias {
+				logits = graph.Add(logits, graph.Reshape(b, 1, 1, lossVocab))
+			}
+			sum, count = mixed.SoftmaxCrossEntropySum(logits, labels, weights)
+		}
+		wrt := []*graph.Node{x, w}
+		if c.bias {
+			wrt = append(wrt, b)
+		}
+		outs := []*graph.Node{graph.ConvertDType(sum, dtypes.Float64), graph.ConvertDType(count, dtypes.Float64)}
+		for _, g := range graph.Gradient(sum, wrt...) {
+			outs = append(outs, graph.ConvertDType(g, dtypes.Float64))
+		}
+		return outs
+	}
+}
+
+// TestChunkedCrossEntropyMatchesPlain: the chunked loss's sum, count and gradients (hidden states,
+// projection weight in either layout, bias, tied embeddings whose gradient sums both uses) equal
+// the plain loss's (mixed.SoftmaxCrossEntropySum of the whole logits): in float64 to float64
+// rounding, in float32 within 1e-6 (loss) and 1e-5 relative L2 (gradients) of plain float64 and
+// plain float32, with masks and weights, for token counts that are not multiples of the chunk.
+func TestChunkedCrossEntropyMatchesPlain(t *testing.T) {
+	for _, backend := range backendtest.All() {
+		for i, c := range lossCases {
+			if backend != backendtest.Embedded() && i >= 2 {
+				break
+			}
+			t.Run(backend.Name()+"/"+c.String(), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(c.chunk), 7))
+				wDims := []int{lossWidth, lossVocab}
+				if c.classesFirst {
+					wDims = []int{lossVocab, lossWidth}
+				}
+				labels := make([]int32, lossBatch*lossSeq)
+				tokens := make([]int32, lossBatch*lossSeq)
+				for i := range labels {
+					labels[i], tokens[i] = int32(rng.IntN(lossVocab)), int32(rng.IntN(lossVocab))
+				}
+				inputs := []*tensors.Tensor{
+					randomTensor(rng, lossBatch, lossSeq, lossWidth),
+					randomTensor(rng, wDims...),
+					randomTensor(rng, lossVocab),
+					tensors.FromFlatDataAndDimensions(labels, lossBatch, lossSeq),
+					tensors.FromFlatDataAndDimensions(tokens, lossBatch, lossSeq),
+					randomTensor(rng, lossBatch, lossSeq),
+				}
+				want := backendtest.Run(t, backend, lossGradients(c, false, dtypes.Float64), inputs...)
+				got64 := backendtest.Run(t, backend, lossGradients(c, true, dtypes.Float64), inputs...)
+				compareLoss(t, "float64 chunked vs float64 plain", got64, want, 1e-12, 1e-12)
+				got32 := backendtest.Run(t, backend, lossGradients(c, true, dtypes.Float32), inputs...)
+				compareLoss(t, "float32 chunked vs float64 plain", got32, want, 1e-6, 1e-5)
+				plain32 := backendtest.Run(t, backend, lossGradients(c, false, dtypes.Float32), inputs...)
+				compareLoss(t, "float32 chunked vs float32 plain", got32, plain32, 1e-6, 1e-5)
+			})
+		}
+	}
+}
+
+func compareLoss(t *testing.T, what string, got, want [][]float64, lossTol, gradTol float64) {
+	t.Helper()
+	for i, name := range []string{"sum", "count"} {
+		if rel := relativeL2(got[i], want[i]); rel > lossTol {
+			t.Errorf("%s: %s %.10g vs %.10g (relative %.2g), want <= %g", what, name, got[i][0], want[i][0], rel, lossTol)
+		}
+	}
+	for i, name := range []string{"x", "weight", "bias"}[:len(want)-2] {
+		if rel := relativeL2(got[i+2], want[i+2]); rel > gradTol {
+			t.Errorf("%s: gradient of %s differs by %.2g relative L2, want <= %g", what, name, rel, gradTol)
+		}
+	}
+}
+
+// TestChunkedCrossEntropyIgnoresMaskedTokens: a token of weight 0 whose hidden state is not
+// finite adds nothing to the sum, the count or any gradient, as in mixed.SoftmaxCrossEntropySum.
+func TestChunkedCrossEntropyIgnoresMaskedTokens(t *testing.T) {
+	x := tensors.FromFlatDataAndDimensions([]float32{1, 2, float32(posInf()), 0, 0.5, -1}, 3, 2)
+	w := tensors.FromFlatDataAndDimensions([]float32{1, 0, -1, 0.5, 2, 1}, 2, 3)
+	labels := tensors.FromFlatDataAndDimensions([]int32{0, 2, 1}, 3)
+	mask := tensors.FromFlatDataAndDimensions([]bool{true, false, true}, 3)
+	got := backendtest.Run(t, backendtest.Embedded(), func(xs []*graph.Node) []*graph.Node {
+		sum, count := layers.ChunkedCrossEntropySum(xs[0], layers.Projection{Weight: xs[1]}, xs[2], xs[3], 2)
+		grads := graph.Gradient(sum, xs[0], xs[1])
+		return []*graph.Node{sum, count, grads[0], grads[1]}
+	}, x, w, labels, mask)
+	want := backendtest.Run(t, backendtest.Embedded(), func(xs []*graph.Node) []*graph.Node {
+		// the same without the masked token
+		keep := graph.Concatenate([]*graph.Node{graph.SliceAxis(xs[0], 0, graph.AxisElem(0)), graph.SliceAxis(xs[0], 0, graph.AxisElem(2))}, 0)
+		labels := graph.Concatenate([]*graph.Node{graph.SliceAxis(xs[2], 0, graph.AxisElem(0)), graph.SliceAxis(xs[2], 0, graph.AxisElem(2))}, 0)
+		sum, count := mixed.SoftmaxCrossEntropySum(graph.DotGeneral(keep, []int{1}, nil, xs[1], []int{0}, nil), labels, nil)
+		return []*graph.Node{sum, count, graph.Gradient(sum, xs[1])[0]}
+	}, x, w, labels, mask)
+	if relativeL2(got[0], want[0]) > 1e-6 || got[1][0] != 2 || relativeL2(got[3], want[2]) > 1e-6 {
+		t.Errorf("masked token counted: sum %v count %v dW %v, want sum %v count 2 dW %v", got[0], got[1], got[3], want[0], want[2])
+	}
+	for i, v := range got[2][2:4] {
+		if v != 0 {
+			t.Errorf("masked token's gradient [%d] = %v, want 0", i, v)
+		}
+	}
+}
+
+// TestChunkedCrossEntropyRejectsBadInput: misuse panics with a message naming the problem.
+func TestChunkedCrossEntropyRejectsBadInput(t *testing.T) {
+	cases := map[string]struct {
+		weight []int
+		labels []int
+		chunk  int
+	}{
+		"does not take x's width":  {[]int{5, 11}, []int{2, 7}, 4},
+		"labels must be integers":  {[]int{6, 11}, []int{2, 6}, 4},
+		"chunk must be at least 1": {[]int{6, 11}, []int{2, 7}, 0},
+	}
+	for want, c := range cases {
+		t.Run(want, func(t *testing.T) {
+			err := catch(func() {
+				g := graph.NewGraph(backendtest.Embedded(), "bad")
+				defer g.Finalize()
+				x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 2, 7, 6))
+				w := graph.Parameter(g, "w", shapes.Make(dtypes.Float32, c.weight...))
+				labels := graph.Parameter(g, "labels", shapes.Make(dtypes.Int32, c.labels...))
+				layers.ChunkedCrossEntropySum(x, layers.Projection{Weight: w}, labels, nil, c.chunk)
+			})
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("got %v, want a panic saying %q", err, want)
+			}
+		})
+	}
+}
+
+func posInf() float64 { return math.Inf(1) }
