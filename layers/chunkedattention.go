@@ -56,24 +56,12 @@ type blockedAttention struct {
 
 func newBlockedAttention(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int) *blockedAttention {
 	const fn = "layers.ChunkedAttention"
-	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 {
-		panic(fmt.Sprintf("%s: q, k and v must be [batch, seq, heads, headDim], got %s, %s and %s", fn, q.Shape(), k.Shape(), v.Shape()))
-	}
-	if !k.Shape().Equal(v.Shape()) {
-		panic(fmt.Sprintf("%s: k %s and v %s must have the same shape", fn, k.Shape(), v.Shape()))
-	}
-	if !q.DType().IsFloat() || k.DType() != q.DType() || !softmaxDType.IsFloat() {
-		panic(fmt.Sprintf("%s: q, k and v must share a float dtype and softmaxDType must be a float dtype, got %s, %s, %s and %s",
-			fn, q.DType(), k.DType(), v.DType(), softmaxDType))
+	checkAttentionHeads(fn, q, k, v)
+	if !softmaxDType.IsFloat() {
+		panic(fmt.Sprintf("%s: softmax dtype %s is not a floating-point dtype", fn, softmaxDType))
 	}
 	b, s, heads, d := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
 	kvHeads := k.Shape().Dim(2)
-	if k.Shape().Dim(0) != b || k.Shape().Dim(1) != s || k.Shape().Dim(3) != d {
-		panic(fmt.Sprintf("%s: k and v %s must match q %s in batch, sequence and head size", fn, k.Shape(), q.Shape()))
-	}
-	if heads%kvHeads != 0 {
-		panic(fmt.Sprintf("%s: %d query heads do not share %d key/value heads evenly (heads must be a multiple of kvHeads)", fn, heads, kvHeads))
-	}
 	if queryBlock < 1 || keyBlock < 1 {
 		panic(fmt.Sprintf("%s: block sizes must be at least 1, got %d queries and %d keys", fn, queryBlock, keyBlock))
 	}

@@ -91,7 +91,8 @@ const attentionCasesOnXLA = 3
 
 // TestChunkedAttentionMatchesPlain: the chunked attention's output (through Σ out·r) and its
 // gradients of q, k and v equal plain attention's: in float64 to float64 rounding, in float32
-// within 1e-6 relative (loss) and 1e-5 relative L2 (gradients) of plain float64 and of plain float32.
+// within 1e-6 relative (loss) and 1e-5 relative L2 (gradients) of plain float64 attention written
+// in the test and of layers.PlainAttention in float32.
 func TestChunkedAttentionMatchesPlain(t *testing.T) {
 	for _, backend := range backendtest.All() {
 		for i, c := range attentionCases {
@@ -113,8 +114,9 @@ func TestChunkedAttentionMatchesPlain(t *testing.T) {
 				compareAttention(t, "float64 chunked vs float64 plain", backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float64), inputs...), want, 1e-12, 1e-12)
 				got32 := backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
 				compareAttention(t, "float32 chunked vs float64 plain", got32, want, 1e-6, 1e-5)
-				plain32 := backendtest.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float32), inputs...)
-				compareAttention(t, "float32 chunked vs float32 plain", got32, plain32, 1e-6, 1e-5)
+				plain := func(q, k, v *graph.Node) *graph.Node { return layers.PlainAttention(q, k, v, q.DType()) }
+				plain32 := backendtest.Run(t, backend, attentionGradients(plain, dtypes.Float32), inputs...)
+				compareAttention(t, "float32 chunked vs float32 layers.PlainAttention", got32, plain32, 1e-6, 1e-5)
 			})
 		}
 	}
@@ -162,9 +164,9 @@ func TestChunkedAttentionRejectsBadInput(t *testing.T) {
 		q, kv []int
 		block int
 	}{
-		"heads must be a multiple of kvHeads": {[]int{1, 8, 3, 4}, []int{1, 8, 2, 4}, 4},
-		"block sizes must be at least 1":      {[]int{1, 8, 2, 4}, []int{1, 8, 2, 4}, 0},
-		"must match q":                        {[]int{1, 8, 2, 4}, []int{1, 7, 2, 4}, 4},
+		"must divide the query heads":    {[]int{1, 8, 3, 4}, []int{1, 8, 2, 4}, 4},
+		"block sizes must be at least 1": {[]int{1, 8, 2, 4}, []int{1, 8, 2, 4}, 0},
+		"must share batch, sequence":     {[]int{1, 8, 2, 4}, []int{1, 7, 2, 4}, 4},
 	}
 	for want, c := range cases {
 		t.Run(want, func(t *testing.T) {
