@@ -2,7 +2,6 @@ package layers
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -60,22 +59,17 @@ func after(x *graph.Node, deps ...*graph.Node) *graph.Node {
 	return plus(x, zeroAfter(deps...))
 }
 
-// zeroAfter returns an exact float32 -0.0 computed from the first value of every node in deps
-// (nil ones are skipped), or nil when there are none: (Σ first values != itself)·(-0.0), which is
-// -0.0 for every value, NaN and infinities included, and which XLA cannot fold to a constant
-// (graph.NegativeZeroFrom for several nodes at once: one comparison however many they are).
+// zeroAfter returns an exact float32 -0.0 computed from every node in deps (nil ones are
+// skipped), or nil when there are none: the sum of their graph.NegativeZeroFrom, which XLA cannot
+// fold to a constant.
 func zeroAfter(deps ...*graph.Node) *graph.Node {
-	var first *graph.Node
+	var zero *graph.Node
 	for _, d := range deps {
 		if d != nil {
-			first = addOrSet(first, graph.ConvertDType(firstValue(graph.StopGradient(d)), dtypes.Float32))
+			zero = addOrSet(zero, ograph.NegativeZeroFrom(d)) // -0.0 + -0.0 is -0.0
 		}
 	}
-	if first == nil {
-		return nil
-	}
-	isNaN := graph.ConvertDType(graph.NotEqual(first, first), dtypes.Float32)
-	return graph.Mul(isNaN, graph.Scalar(first.Graph(), dtypes.Float32, math.Copysign(0, -1)))
+	return zero
 }
 
 // plus returns x + zero (an exact -0.0 from zeroAfter) in x's dtype, or x when zero is nil.
@@ -132,16 +126,4 @@ func concatenate(parts []*graph.Node, axis int) *graph.Node {
 		return parts[0]
 	}
 	return graph.Concatenate(parts, axis)
-}
-
-// firstValue returns x's first element as a scalar.
-func firstValue(x *graph.Node) *graph.Node {
-	if x.IsScalar() {
-		return x
-	}
-	specs := make([]graph.SliceAxisSpec, x.Rank())
-	for i := range specs {
-		specs[i] = graph.AxisElem(0)
-	}
-	return graph.Reshape(graph.Slice(x, specs...))
 }

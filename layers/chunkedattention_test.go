@@ -57,19 +57,19 @@ func attentionGradients(attention func(q, k, v *graph.Node) *graph.Node, dtype d
 	}
 }
 
-// relativeL2 is |got - want| / |want|.
-func relativeL2(got, want []float64) float64 {
-	var diff, norm float64
-	for i := range want {
-		diff += (got[i] - want[i]) * (got[i] - want[i])
-		norm += want[i] * want[i]
-	}
-	return math.Sqrt(diff / norm)
-}
-
 type attentionCase struct {
 	batch, seq, heads, kvHeads, headDim int
 	queryBlock, keyBlock                int
+}
+
+// inputs returns random q, k, v and the cotangent r of the output.
+func (c attentionCase) inputs(rng *rand.Rand) []*tensors.Tensor {
+	return []*tensors.Tensor{
+		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
+		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
+		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
+		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
+	}
 }
 
 func (c attentionCase) String() string {
@@ -101,12 +101,7 @@ func TestChunkedAttentionMatchesPlain(t *testing.T) {
 			}
 			t.Run(backend.Name()+"/"+c.String(), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(c.seq), uint64(c.queryBlock*100+c.keyBlock)))
-				inputs := []*tensors.Tensor{
-					randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-					randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-					randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-					randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-				}
+				inputs := c.inputs(rng)
 				chunked := func(q, k, v *graph.Node) *graph.Node {
 					return layers.ChunkedAttentionBlocks(q, k, v, q.DType(), c.queryBlock, c.keyBlock)
 				}
@@ -128,7 +123,7 @@ func compareAttention(t *testing.T, what string, got, want [][]float64, lossTol,
 		t.Errorf("%s: loss %.10g vs %.10g (relative %.2g), want <= %g", what, got[0][0], want[0][0], rel, lossTol)
 	}
 	for i, name := range []string{"q", "k", "v"} {
-		if rel := relativeL2(got[i+1], want[i+1]); rel > gradTol {
+		if rel := backendtest.RelativeL2(got[i+1], want[i+1]); rel > gradTol {
 			t.Errorf("%s: gradient of %s differs by %.2g relative L2, want <= %g", what, name, rel, gradTol)
 		}
 	}
@@ -140,18 +135,13 @@ func TestChunkedAttentionBFloat16(t *testing.T) {
 	backend := backendtest.Embedded()
 	c := attentionCases[0]
 	rng := rand.New(rand.NewPCG(3, 4))
-	inputs := []*tensors.Tensor{
-		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-	}
+	inputs := c.inputs(rng)
 	want := backendtest.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float64), inputs...)
 	got := backendtest.Run(t, backend, attentionGradients(func(q, k, v *graph.Node) *graph.Node {
 		return layers.ChunkedAttention(q, k, v, dtypes.Float32, c.queryBlock)
 	}, dtypes.BFloat16), inputs...)
 	for i, name := range []string{"loss", "q", "k", "v"} {
-		if rel := relativeL2(got[i], want[i]); rel > 2e-2 {
+		if rel := backendtest.RelativeL2(got[i], want[i]); rel > 2e-2 {
 			t.Errorf("bfloat16 %s differs from float64 by %.2g relative L2, want <= 2e-2", name, rel)
 		}
 	}
@@ -201,12 +191,7 @@ func catch(fn func()) (err error) {
 func TestChunkedAttentionUnderRemat(t *testing.T) {
 	c := attentionCases[0]
 	rng := rand.New(rand.NewPCG(5, 6))
-	inputs := []*tensors.Tensor{
-		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.kvHeads, c.headDim),
-		randomTensor(rng, c.batch, c.seq, c.heads, c.headDim),
-	}
+	inputs := c.inputs(rng)
 	chunked := func(q, k, v *graph.Node) *graph.Node {
 		return layers.ChunkedAttention(graph.Tanh(q), k, v, dtypes.Float32, c.queryBlock)
 	}
@@ -219,7 +204,7 @@ func TestChunkedAttentionUnderRemat(t *testing.T) {
 	want := backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
 	got := backendtest.Run(t, backend, attentionGradients(rematerialized, dtypes.Float32), inputs...)
 	for i, name := range []string{"loss", "q", "k", "v"} {
-		if rel := relativeL2(got[i], want[i]); rel != 0 {
+		if rel := backendtest.RelativeL2(got[i], want[i]); rel != 0 {
 			t.Errorf("%s under remat differs by %.2g relative L2, want 0", name, rel)
 		}
 	}

@@ -134,12 +134,12 @@ func TestChunkedCrossEntropyMatchesPlain(t *testing.T) {
 func compareLoss(t *testing.T, what string, got, want [][]float64, lossTol, gradTol float64) {
 	t.Helper()
 	for i, name := range []string{"sum", "count"} {
-		if rel := relativeL2(got[i], want[i]); rel > lossTol {
+		if rel := backendtest.RelativeL2(got[i], want[i]); rel > lossTol {
 			t.Errorf("%s: %s %.10g vs %.10g (relative %.2g), want <= %g", what, name, got[i][0], want[i][0], rel, lossTol)
 		}
 	}
 	for i, name := range []string{"x", "weight", "bias"}[:len(want)-2] {
-		if rel := relativeL2(got[i+2], want[i+2]); rel > gradTol {
+		if rel := backendtest.RelativeL2(got[i+2], want[i+2]); rel > gradTol {
 			t.Errorf("%s: gradient of %s differs by %.2g relative L2, want <= %g", what, name, rel, gradTol)
 		}
 	}
@@ -164,7 +164,7 @@ func TestChunkedCrossEntropyIgnoresMaskedTokens(t *testing.T) {
 		sum, count := mixed.SoftmaxCrossEntropySum(graph.DotGeneral(keep, []int{1}, nil, xs[1], []int{0}, nil), labels, nil)
 		return []*graph.Node{sum, count, graph.Gradient(sum, xs[1])[0]}
 	}, x, w, labels, mask)
-	if relativeL2(got[0], want[0]) > 1e-6 || got[1][0] != 2 || relativeL2(got[3], want[2]) > 1e-6 {
+	if backendtest.RelativeL2(got[0], want[0]) > 1e-6 || got[1][0] != 2 || backendtest.RelativeL2(got[3], want[2]) > 1e-6 {
 		t.Errorf("masked token counted: sum %v count %v dW %v, want sum %v count 2 dW %v", got[0], got[1], got[3], want[0], want[2])
 	}
 	for i, v := range got[2][2:4] {
