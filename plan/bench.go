@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 )
@@ -81,18 +82,18 @@ func timeSteps(backend backends.Backend, config train.Config, opts BenchOptions,
 		return err
 	}
 	defer trainer.Close()
-	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
 	if err != nil {
 		return err
 	}
-	if _, err := trainer.Step(data.Batch(0)); err != nil { // compiles
+	if _, err := trainer.Step(batches.Batch(0)); err != nil { // compiles
 		return err
 	}
 	var times []float64
 	var count float64
 	for i := range opts.Steps {
 		start := time.Now()
-		m, err := trainer.Step(data.Batch(i + 1))
+		m, err := trainer.Step(batches.Batch(i + 1))
 		if err != nil {
 			return err
 		}
@@ -104,7 +105,7 @@ func timeSteps(backend backends.Backend, config train.Config, opts BenchOptions,
 	row.TokensPerSecond = count / row.StepSeconds
 	if opts.MeasureHeap {
 		for range 2 { // the least of two: freed buffers awaiting a collection only add
-			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(data.Batch(0)); return err })
+			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(batches.Batch(0)); return err })
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,8 @@ package train_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +19,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
 // smallMLP is a float32 classifier small enough that a step takes milliseconds: the checkpoint
@@ -34,8 +38,8 @@ func smallMLP(t testing.TB) train.Config {
 		Schedule: train.Schedule{Init: 1e-3, Peak: 1e-3, TransitionSteps: 1, DecayRate: 1}, Seed: 1}
 }
 
-func mlpData(c train.Config) train.Data {
-	d, err := train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
+func mlpData(c train.Config) data.Data {
+	d, err := data.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
 	if err != nil {
 		panic(err)
 	}
@@ -208,7 +212,7 @@ func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	gpt := tinyConfig(t)
 	gpt.GPT.Layers = 1
 	dir := filepath.Join(t.TempDir(), "ck")
-	data, err := train.NewText(train.Corpus, gpt.Batch, gpt.GPT.SeqLen, 1)
+	batches, err := data.NewText(data.Corpus, gpt.Batch, gpt.GPT.SeqLen, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +220,7 @@ func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Run(data, train.RunOptions{Steps: 1, CheckpointDir: dir}); err != nil {
+	if _, err := tr.Run(batches, train.RunOptions{Steps: 1, CheckpointDir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()
@@ -230,7 +234,7 @@ func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	other.GPT.Vocab = 512
 	other.MicroBatches = 2 // may change: not listed
 	_, err = train.OpenCheckpoints(dir, other, 2)
-	var mismatch *train.ConfigMismatchError
+	var mismatch *checkpoint.ConfigMismatchError
 	if !errors.As(err, &mismatch) {
 		t.Fatalf("got %v, want a *ConfigMismatchError", err)
 	}
@@ -303,11 +307,11 @@ func TestNonFiniteCheckpointIsAnError(t *testing.T) {
 	if err := os.WriteFile(base+".bin", bin, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if err := train.RewriteManifestForTest(base); err != nil {
+	if err := rewriteManifest(base); err != nil {
 		t.Fatal(err)
 	}
 	_, err = train.OpenCheckpoints(dir, c, 2)
-	var nonFinite *train.NonFiniteError
+	var nonFinite *checkpoint.NonFiniteError
 	if !errors.As(err, &nonFinite) {
 		t.Fatalf("got %v, want a *NonFiniteError", err)
 	}
@@ -371,7 +375,7 @@ func TestStopSavesAndSaysWhere(t *testing.T) {
 
 // stopAt closes stop when the batch of step at is asked for (during that step).
 type stopAt struct {
-	train.Data
+	data.Data
 	at   int
 	stop chan struct{}
 }
@@ -393,7 +397,7 @@ func TestSecondWriterIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = runIn(t, c, dir, 2, train.RunOptions{})
-	var locked *train.FolderLockedError
+	var locked *checkpoint.FolderLockedError
 	if !errors.As(err, &locked) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "pid ") {
 		t.Fatalf("got %v, want a *FolderLockedError naming %s and a pid", err, dir)
 	}
@@ -434,4 +438,34 @@ func TestMetricsJSONKeepsNonFiniteValues(t *testing.T) {
 	if fmt.Sprint(out) != fmt.Sprint(in) {
 		t.Errorf("decoded %+v, want %+v", out, in)
 	}
+}
+
+// rewriteManifest makes a checkpoint's manifest (base + ".onegpu") match its files again after a
+// test changed them on purpose: to test what a consistent checkpoint with bad values does.
+func rewriteManifest(base string) error {
+	raw, err := os.ReadFile(base + ".onegpu")
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	sum := func(suffix string) (string, int, error) {
+		b, err := os.ReadFile(base + suffix)
+		s := sha256.Sum256(b)
+		return hex.EncodeToString(s[:]), len(b), err
+	}
+	var n int
+	if m["json_sha256"], _, err = sum(".json"); err != nil {
+		return err
+	}
+	if m["bin_sha256"], n, err = sum(".bin"); err != nil {
+		return err
+	}
+	m["bin_bytes"] = n
+	if raw, err = json.Marshal(m); err != nil {
+		return err
+	}
+	return os.WriteFile(base+".onegpu", raw, 0o666)
 }

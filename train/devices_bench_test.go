@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
@@ -55,13 +56,13 @@ func BenchmarkDevices(b *testing.B) {
 				b.Fatal(err)
 			}
 			dp.Program.Graph.Finalize()
-			data, err := train.NewSyntheticTokens(config.Batch, preset.SeqLen, preset.Vocab, 3)
+			batches, err := data.NewSyntheticTokens(config.Batch, preset.SeqLen, preset.Vocab, 3)
 			if err != nil {
 				b.Fatal(err)
 			}
 			var losses []float64
 			step := func() {
-				m, err := tr.Step(data.Batch(len(losses)))
+				m, err := tr.Step(batches.Batch(len(losses)))
 				if err != nil {
 					b.Fatal(err)
 				}

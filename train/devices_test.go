@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -124,11 +125,11 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 	c.Devices = train.Devices{Count: 4, Shard: train.ShardParams}
 	sharded, got := runLosses(t, backend, c, 2, dir)
 	saved := state(t, sharded.Ctx)
-	data, err := train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := sharded.Run(data, train.RunOptions{Steps: steps})
+	h, err := sharded.Run(batches, train.RunOptions{Steps: steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,16 +182,16 @@ func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	data, err := train.NewClassifierBatch(config.Batch, classifier.Inputs, classifier.Classes, 5)
+	batches, err := data.NewClassifierBatch(config.Batch, classifier.Inputs, classifier.Classes, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Step(data.Batch(0)); err != nil {
+	if _, err := tr.Step(batches.Batch(0)); err != nil {
 		t.Fatal(err)
 	}
 	before := state(t, tr.Ctx)
 
-	batch := data.Batch(1)
+	batch := batches.Batch(1)
 	poisoned, err := batch[0].LocalClone()
 	if err != nil {
 		t.Fatal(err)

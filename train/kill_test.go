@@ -20,7 +20,9 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
 var kills = flag.Int("kills", 5, "SIGKILLs of TestKilledRunsResumeExactly (the issue's full check: -kills 50)")
@@ -53,12 +55,12 @@ func trainChild(dir string) int {
 	if s := os.Getenv("ONEGPU_TRAIN_CHILD_STEPS"); s != "" {
 		steps, _ = strconv.Atoi(s)
 	}
-	var data train.Data = mlpData(c)
+	var batches data.Data = mlpData(c)
 	if os.Getenv(holdEnv) != "" {
-		data = heldData{data, &sync.Once{}}
+		batches = heldData{batches, &sync.Once{}}
 	}
-	_, err = tr.Run(data, train.RunOptions{Steps: steps, CheckpointDir: dir, SaveEvery: 1, Keep: 2, Progress: os.Stdout, LogEvery: 1})
-	var locked *train.FolderLockedError
+	_, err = tr.Run(batches, train.RunOptions{Steps: steps, CheckpointDir: dir, SaveEvery: 1, Keep: 2, Progress: os.Stdout, LogEvery: 1})
+	var locked *checkpoint.FolderLockedError
 	if errors.As(err, &locked) {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -242,7 +244,7 @@ const holdEnv = "ONEGPU_TRAIN_CHILD_HOLD"
 
 // heldData waits for stdin to close before the first batch.
 type heldData struct {
-	train.Data
+	data.Data
 	once *sync.Once
 }
 

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
 // RunOptions configure Run.
@@ -23,7 +25,7 @@ type RunOptions struct {
 	// Checkpoints, when set, is a folder opened with OpenCheckpoints: Run resumes from it, saves
 	// every SaveEvery steps and at the end, and leaves it open. CheckpointDir is the simple form:
 	// Run opens the folder (keeping Keep checkpoints, default 2) and closes it.
-	Checkpoints   *Checkpoints
+	Checkpoints   *checkpoint.Folder
 	CheckpointDir string
 	Keep          int
 	SaveEvery     int
@@ -85,7 +87,7 @@ func (e *DivergedError) Error() string {
 // only on the step, and the weights, optimizer state, loss scale and random state are all saved.
 // A step whose loss is not finite, or whose weights or optimizer state are not finite at a save,
 // stops the run with a *DivergedError before anything is saved.
-func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
+func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 	store := opts.Checkpoints
 	if store == nil && opts.CheckpointDir != "" {
 		var err error
@@ -121,7 +123,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		if h.Resumed > 0 {
 			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, store.Dir())
 		}
-		fmt.Fprintf(opts.Progress, "training on %s\n", data.Describe())
+		fmt.Fprintf(opts.Progress, "training on %s\n", batches.Describe())
 	}
 	// A checkpoint is staged after its step and committed once the next step's loss is finite
 	// (or the run ends), so that diverging weights never replace good checkpoints.
@@ -130,7 +132,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 			return nil
 		}
 		if err := store.Stage(t.Ctx, step); err != nil {
-			var nonFinite *NonFiniteError
+			var nonFinite *checkpoint.NonFiniteError
 			if errors.As(err, &nonFinite) {
 				return &DivergedError{Step: step, Reason: nonFinite.Error(), LastSaved: lastSaved}
 			}
@@ -180,7 +182,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		default:
 		}
 		start := time.Now()
-		m, err := t.Step(data.Batch(step))
+		m, err := t.Step(batches.Batch(step))
 		if err != nil {
 			return h, err
 		}
@@ -188,7 +190,7 @@ func (t *Trainer) Run(data Data, opts RunOptions) (*History, error) {
 		stats := t.OffloadStats()
 		if step == h.Resumed {
 			h.CompileSeconds = elapsed.Seconds()
-			if t.offload != nil {
+			if _, offloaded := t.exec.(*offloadExecutor); offloaded {
 				h.Offload = &stats
 			}
 		} else {

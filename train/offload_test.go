@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
@@ -33,11 +34,11 @@ func runOffload(t *testing.T, backend backends.Backend, config train.Config, to 
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := tr.Run(data, train.RunOptions{Steps: to, CheckpointDir: dir})
+	h, err := tr.Run(batches, train.RunOptions{Steps: to, CheckpointDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +112,12 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 // this size: its gradients, all alive at the end, outlive the whole step's; on the tutorial's GPT
 // with 4 the total still drops by 1.008x the state.)
 func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
-	data, err := train.NewSyntheticTokens(plain.Config.Batch, plain.Config.GPT.SeqLen, plain.Config.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(plain.Config.Batch, plain.Config.GPT.SeqLen, plain.Config.GPT.Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	compiled := func(tr *train.Trainer) *ograph.CompiledMemory {
-		_, m, err := tr.StepCompiled(data.Batch(3))
+		_, m, err := tr.StepCompiled(batches.Batch(3))
 		if err != nil {
 			t.Fatal(err)
 		}

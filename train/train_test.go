@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -48,11 +49,11 @@ func TestLossFallsOnText(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	data, err := train.NewText(train.Corpus, config.Batch, config.GPT.SeqLen, 1)
+	batches, err := data.NewText(data.Corpus, config.Batch, config.GPT.SeqLen, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := tr.Run(data, train.RunOptions{Steps: 40})
+	h, err := tr.Run(batches, train.RunOptions{Steps: 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestResumeIsExact(t *testing.T) {
 	config := tinyConfig(t)
 	config.GPT.Layers = 1
 	config.LossScale = "dynamic" // its state must survive too
-	data, err := train.NewText(train.Corpus, config.Batch, config.GPT.SeqLen, 3)
+	batches, err := data.NewText(data.Corpus, config.Batch, config.GPT.SeqLen, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestResumeIsExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		h, err := tr.Run(data, train.RunOptions{Steps: steps, CheckpointDir: dir})
+		h, err := tr.Run(batches, train.RunOptions{Steps: steps, CheckpointDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/mixed"
@@ -119,11 +120,11 @@ func TestBFloat16OutputsOnXLA(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		data, err := train.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+		batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := tr.Step(data.Batch(0))
+		m, err := tr.Step(batches.Batch(0))
 		if err != nil {
 			t.Fatal(err)
 		}

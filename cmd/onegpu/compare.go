@@ -359,11 +359,11 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	if config.Policy.Compute == dtypes.BFloat16 || config.Policy.Compute == dtypes.Float16 {
 		r.Tolerance = o.tolBF16
 	}
-	data, err := trainingData(config, o.data)
+	batches, err := trainingData(config, o.data)
 	if err != nil {
 		return fail(err)
 	}
-	r.Data = data.Describe()
+	r.Data = batches.Describe()
 
 	fmt.Fprintf(progress, "== %s\n   onegpu: %s\n   optimizer: %s, against %s\n", r.Name, r.Config, r.Optimizer, compareOptimizers[r.Optimizer])
 	if spec, err := ograph.ResolveBackend(s.backend); err == nil && spec.Kind == "xla" && o.hloDir != "" {
@@ -371,9 +371,9 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 		s.xlaPresets = append(s.xlaPresets, flags.Dump(o.hloDir, "^"+train.StepName, ""))
 	}
 	if o.memoryOnly {
-		return compareCompiled(o, r, &s, config, data, folder, progress)
+		return compareCompiled(o, r, &s, config, batches, folder, progress)
 	}
-	ours, spec, err := runOnegpuSide(&s, config, data, o.steps, o.hloDir, folder, progress)
+	ours, spec, err := runOnegpuSide(&s, config, batches, o.steps, o.hloDir, folder, progress)
 	r.Backend = spec.String()
 	if err != nil {
 		return fail(err)

@@ -15,15 +15,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/export"
 )
 
 // runOnegpuSide initializes the model, exports it with the data to folder, trains steps steps and
 // measures them. The backend is released before returning, so that the reference has the device
 // to itself.
-func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return nil, spec, err
@@ -37,13 +39,13 @@ func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, hl
 	if err := trainer.Initialize(); err != nil {
 		return nil, spec, err
 	}
-	if _, err := trainer.Export(folder, data, steps); err != nil {
+	if _, err := export.Write(trainer, folder, batches, steps); err != nil {
 		return nil, spec, err
 	}
 	side := &compareSide{Framework: "onegpu", Platform: spec.Kind}
 	fmt.Fprintf(progress, "   onegpu on %s: weights, data and config exported to %s\n", spec, folder)
 	for i := range steps {
-		batch := data.Batch(i)
+		batch := batches.Batch(i)
 		start := time.Now()
 		var m train.StepMetrics
 		if i == 0 {
@@ -93,7 +95,7 @@ func runOnegpuSide(s *setup, config train.Config, data train.Data, steps int, hl
 
 // compileOnegpuSide builds and compiles the train step on XLA without running it, measures the
 // time that takes, and exports the initial weights and one batch to folder for the reference.
-func compileOnegpuSide(s *setup, config train.Config, data train.Data, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+func compileOnegpuSide(s *setup, config train.Config, batches data.Data, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return nil, spec, err
@@ -126,20 +128,20 @@ func compileOnegpuSide(s *setup, config train.Config, data train.Data, hloDir, f
 	if err := trainer.Initialize(); err != nil {
 		return nil, spec, err
 	}
-	if _, err := trainer.Export(folder, data, 1); err != nil {
+	if _, err := export.Write(trainer, folder, batches, 1); err != nil {
 		return nil, spec, err
 	}
 	return side, spec, nil
 }
 
 // compareCompiled compiles one configuration on both sides without training.
-func compareCompiled(o compareOptions, r *compareResult, s *setup, config train.Config, data train.Data, folder string, progress io.Writer) *compareResult {
+func compareCompiled(o compareOptions, r *compareResult, s *setup, config train.Config, batches data.Data, folder string, progress io.Writer) *compareResult {
 	fail := func(err error) *compareResult {
 		r.Error = err.Error()
 		fmt.Fprintf(progress, "compare: %s: %v\n", r.Name, err)
 		return r
 	}
-	ours, spec, err := compileOnegpuSide(s, config, data, o.hloDir, folder, progress)
+	ours, spec, err := compileOnegpuSide(s, config, batches, o.hloDir, folder, progress)
 	r.Backend = spec.String()
 	if err != nil {
 		return fail(err)

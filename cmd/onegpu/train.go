@@ -14,8 +14,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
 func init() {
@@ -80,7 +82,7 @@ func runTrain(args []string, w io.Writer) error {
 			return fmt.Errorf("--plot: %w", err)
 		}
 	}
-	var store *train.Checkpoints
+	var store *checkpoint.Folder
 	if *checkpointDir != "" {
 		if store, err = train.OpenCheckpoints(*checkpointDir, config, *keep); err != nil {
 			return err
@@ -100,7 +102,7 @@ func runTrain(args []string, w io.Writer) error {
 	if err := checkMemory(trainer, spec); err != nil {
 		return err
 	}
-	data, err := trainingData(config, *dataName)
+	batches, err := trainingData(config, *dataName)
 	if err != nil {
 		return err
 	}
@@ -112,7 +114,7 @@ func runTrain(args []string, w io.Writer) error {
 	}
 	stop, stopped := stopOnSignal(os.Stderr)
 	defer stopped()
-	history, runErr := trainer.Run(data, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
+	history, runErr := trainer.Run(batches, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
 		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop})
 	if history == nil {
 		return runErr
@@ -204,22 +206,22 @@ func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
 	if !ok {
 		return nil
 	}
-	need, data, err := stepBytes(t)
+	need, dataBytes, err := stepBytes(t)
 	if err != nil {
 		return err
 	}
 	if spec.Kind == "xla" {
-		need = data
+		need = dataBytes
 	}
 	if need <= available {
 		return nil
 	}
 	return fmt.Errorf("the step needs about %s (%s of it data), this machine has %s available: it would run out of memory; %s",
-		ograph.FormatBytes(need), ograph.FormatBytes(data), ograph.FormatBytes(available), fittingFlags(t, need, available))
+		ograph.FormatBytes(need), ograph.FormatBytes(dataBytes), ograph.FormatBytes(available), fittingFlags(t, need, available))
 }
 
 // stepBytes returns the step's estimated peak memory plus its data, and the data alone.
-func stepBytes(t *train.Trainer) (total, data int64, err error) {
+func stepBytes(t *train.Trainer) (total, dataBytes int64, err error) {
 	p, err := t.Program()
 	if err != nil {
 		return 0, 0, err
@@ -228,11 +230,11 @@ func stepBytes(t *train.Trainer) (total, data int64, err error) {
 	m := ograph.Analyze(p)
 	c := t.Config
 	if c.Model == "gpt" {
-		data = 2 * 4 * int64(c.Batch) * int64(c.GPT.SeqLen) // one batch of int32 inputs and labels
+		dataBytes = 2 * 4 * int64(c.Batch) * int64(c.GPT.SeqLen) // one batch of int32 inputs and labels
 	} else {
-		data = 4*int64(c.Batch)*int64(c.Classifier.Inputs) + 4*int64(c.Batch)
+		dataBytes = 4*int64(c.Batch)*int64(c.Classifier.Inputs) + 4*int64(c.Batch)
 	}
-	return m.PeakBytes + data, data, nil
+	return m.PeakBytes + dataBytes, dataBytes, nil
 }
 
 // fittingFlags suggests the largest batch that fits, from the estimates of the config (need) and
@@ -288,18 +290,18 @@ func availableRAM() (bytes int64, ok bool) {
 }
 
 // trainingData returns the data a config trains on.
-func trainingData(c train.Config, name string) (train.Data, error) {
+func trainingData(c train.Config, name string) (data.Data, error) {
 	if c.Model == "mlp" {
-		return train.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
+		return data.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
 	}
 	switch name {
 	case "text":
 		if c.GPT.Vocab < 256 {
 			return nil, fmt.Errorf("--data text needs a vocabulary of at least 256 bytes; the model has %d", c.GPT.Vocab)
 		}
-		return train.NewText(train.Corpus, c.Batch, c.GPT.SeqLen, c.Seed)
+		return data.NewText(data.Corpus, c.Batch, c.GPT.SeqLen, c.Seed)
 	case "synthetic":
-		return train.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, c.Seed)
+		return data.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, c.Seed)
 	}
 	return nil, fmt.Errorf("unknown --data %q: use text or synthetic", name)
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package train
+package checkpoint
 
 import (
 	"errors"

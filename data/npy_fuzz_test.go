@@ -1,4 +1,4 @@
-package train_test
+package data_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/data"
 )
 
 // npyFile returns a .npy file with the given header dict and data, for version 1.0.
@@ -37,7 +37,7 @@ func TestReadNPYBadHeaders(t *testing.T) {
 		{"no shape", npyFile("{'descr': '<f4', 'fortran_order': False, }", eight), "cannot parse header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := train.ReadNPY(bytes.NewReader(tc.file))
+			_, err := data.ReadNPY(bytes.NewReader(tc.file))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -45,11 +45,11 @@ func TestReadNPYBadHeaders(t *testing.T) {
 	}
 	// The empty shape is a scalar and a zero dimension an empty array: both fine.
 	for _, shape := range []string{"()", "(0, 3)"} {
-		data := eight[:4]
+		raw := eight[:4]
 		if shape != "()" {
-			data = nil
+			raw = nil
 		}
-		if _, err := train.ReadNPY(bytes.NewReader(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': "+shape+", }", data))); err != nil {
+		if _, err := data.ReadNPY(bytes.NewReader(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': "+shape+", }", raw))); err != nil {
 			t.Errorf("shape %s: %v", shape, err)
 		}
 	}
@@ -57,7 +57,7 @@ func TestReadNPYBadHeaders(t *testing.T) {
 
 // FuzzReadNPY: ReadNPY never panics, and what it reads WriteNPY writes back to a file ReadNPY
 // reads as the same tensor. Seeds are below and in testdata/fuzz/FuzzReadNPY; `go test` runs
-// them, `go test -fuzz FuzzReadNPY ./train` searches further.
+// them, `go test -fuzz FuzzReadNPY ./data` searches further.
 func FuzzReadNPY(f *testing.F) {
 	for _, tc := range []*tensors.Tensor{
 		tensors.FromFlatDataAndDimensions([]float32{1.5, -2, 3.25, 7, 8, 9}, 2, 3),
@@ -65,22 +65,22 @@ func FuzzReadNPY(f *testing.F) {
 		tensors.FromFlatDataAndDimensions([]int64{-1}),
 	} {
 		var buf bytes.Buffer
-		if err := train.WriteNPY(&buf, tc); err != nil {
+		if err := data.WriteNPY(&buf, tc); err != nil {
 			f.Fatal(err)
 		}
 		f.Add(buf.Bytes())
 	}
 	f.Add(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", nil))
 	f.Fuzz(func(t *testing.T, file []byte) {
-		got, err := train.ReadNPY(bytes.NewReader(file))
+		got, err := data.ReadNPY(bytes.NewReader(file))
 		if err != nil {
 			return
 		}
 		var buf bytes.Buffer
-		if err := train.WriteNPY(&buf, got); err != nil {
+		if err := data.WriteNPY(&buf, got); err != nil {
 			t.Fatalf("WriteNPY of what ReadNPY read (%s): %v", got.Shape(), err)
 		}
-		back, err := train.ReadNPY(&buf)
+		back, err := data.ReadNPY(&buf)
 		if err != nil {
 			t.Fatalf("ReadNPY of what WriteNPY wrote (%s): %v", got.Shape(), err)
 		}

@@ -1,4 +1,4 @@
-package train
+package checkpoint
 
 import (
 	"crypto/sha256"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,7 +20,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 )
 
-// Checkpoints is a checkpoint folder held by one run: crash-safe saves, a check of what is there
+// Folder is a checkpoint folder held by one run: crash-safe saves, a check of what is there
 // before anything is loaded, and pruning that never loses the last whole checkpoint.
 //
 // GoMLX's checkpoints.Handler writes the bytes (its format, so GoMLX's tools read the folder), but
@@ -32,9 +31,9 @@ import (
 // all. On open, checkpoints are checked newest first (manifest, checksums, sizes, finite values);
 // a damaged one is reported and skipped.
 //
-// The folder is locked for as long as the Checkpoints is open (an flock on <dir>/onegpu.lock, which
+// The folder is locked for as long as the Folder is open (an flock on <dir>/onegpu.lock, which
 // the kernel drops when the process dies, so a crashed run never blocks the next).
-type Checkpoints struct {
+type Folder struct {
 	dir     string
 	keep    int
 	lock    *folderLock
@@ -62,26 +61,15 @@ const (
 	manifestFormat = 1
 )
 
-// manifest is the <name>.onegpu file of a checkpoint.
-type manifest struct {
-	Format    int       `json:"format"`
-	Step      int       `json:"step"`
-	Saved     time.Time `json:"saved"`
-	WrittenBy WrittenBy `json:"written_by"`
-	JSONSHA   string    `json:"json_sha256"`
-	BinSHA    string    `json:"bin_sha256"`
-	BinBytes  int64     `json:"bin_bytes"`
-}
-
 // checkpointName matches the names GoMLX gives checkpoints: checkpoint-n<counter>-<time>-step-<step>.
 var checkpointName = regexp.MustCompile(`^checkpoint-n(\d+)-`)
 
-// OpenCheckpoints locks dir (creating it if needed) for a run of config, finds the newest whole
-// checkpoint and compares the config it records with config. It returns an error, having changed
-// nothing in the folder, when the folder is locked by another process, not writable, holds a run
-// of another config, holds checkpoints none of which is whole, or holds non-finite values. keep
-// (at least 1) is the number of whole checkpoints Save keeps.
-func OpenCheckpoints(dir string, config Config, keep int) (*Checkpoints, error) {
+// Open locks dir (creating it if needed) for a run that record describes, finds the newest whole
+// checkpoint and compares what it records with record (WrittenBy.Differences). It returns an
+// error, having changed nothing in the folder, when the folder is locked by another process, not
+// writable, holds a run of another config, holds checkpoints none of which is whole, or holds
+// non-finite values. keep (at least 1) is the number of whole checkpoints Save keeps.
+func Open(dir string, record WrittenBy, keep int) (*Folder, error) {
 	if keep < 1 {
 		return nil, fmt.Errorf("keep %d checkpoints: keep at least 1", keep)
 	}
@@ -92,7 +80,7 @@ func OpenCheckpoints(dir string, config Config, keep int) (*Checkpoints, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Checkpoints{dir: dir, keep: keep, lock: lock, record: Record(config), staging: filepath.Join(dir, stagingName)}
+	c := &Folder{dir: dir, keep: keep, lock: lock, record: record, staging: filepath.Join(dir, stagingName)}
 	if err := c.scan(); err != nil {
 		lock.release()
 		return nil, err
@@ -101,10 +89,10 @@ func OpenCheckpoints(dir string, config Config, keep int) (*Checkpoints, error) 
 }
 
 // Dir is the checkpoint folder.
-func (c *Checkpoints) Dir() string { return c.dir }
+func (c *Folder) Dir() string { return c.dir }
 
 // Close releases the folder's lock.
-func (c *Checkpoints) Close() {
+func (c *Folder) Close() {
 	if c.lock != nil {
 		c.lock.release()
 		c.lock = nil
@@ -112,7 +100,7 @@ func (c *Checkpoints) Close() {
 }
 
 // bases returns the checkpoint base names in dir that have a .json (committed), in save order.
-func (c *Checkpoints) bases() ([]string, error) {
+func (c *Folder) bases() ([]string, error) {
 	entries, err := os.ReadDir(c.dir)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint folder: %w", err)
@@ -146,7 +134,7 @@ func counter(name string) int {
 }
 
 // scan finds the newest whole checkpoint and checks its config and values.
-func (c *Checkpoints) scan() error {
+func (c *Folder) scan() error {
 	names, err := c.bases()
 	if err != nil {
 		return err
@@ -182,7 +170,7 @@ func (c *Checkpoints) scan() error {
 }
 
 // verify checks one checkpoint: manifest, checksums, sizes and finite values.
-func (c *Checkpoints) verify(base string) (*manifest, error) {
+func (c *Folder) verify(base string) (*manifest, error) {
 	m, jsonBytes, bin, err := c.read(base)
 	if err != nil {
 		return nil, err
@@ -220,7 +208,7 @@ func (c *Checkpoints) verify(base string) (*manifest, error) {
 }
 
 // read reads a checkpoint's three files and checks them against the manifest's checksums.
-func (c *Checkpoints) read(base string) (m *manifest, jsonBytes, bin []byte, err error) {
+func (c *Folder) read(base string) (m *manifest, jsonBytes, bin []byte, err error) {
 	path := filepath.Join(c.dir, base)
 	raw, err := os.ReadFile(path + manifestSuffix)
 	if err != nil {
@@ -251,7 +239,7 @@ func sum(b []byte) string {
 
 // Restore loads the newest whole checkpoint into ctx (through GoMLX's handler, variables are set
 // as the step's graph asks for them) and returns its step; 0 and no change for an empty folder.
-func (c *Checkpoints) Restore(ctx *context.Context) (int, error) {
+func (c *Folder) Restore(ctx *context.Context) (int, error) {
 	if c.ResumeFrom == "" {
 		return 0, nil
 	}
@@ -266,7 +254,7 @@ func (c *Checkpoints) Restore(ctx *context.Context) (int, error) {
 }
 
 // Save writes ctx's variables as the checkpoint of step, crash-safely: Stage then Commit.
-func (c *Checkpoints) Save(ctx *context.Context, step int) error {
+func (c *Folder) Save(ctx *context.Context, step int) error {
 	if err := c.Stage(ctx, step); err != nil {
 		return err
 	}
@@ -278,7 +266,7 @@ func (c *Checkpoints) Save(ctx *context.Context, step int) error {
 // *NonFiniteError). Staging a step before the next one runs and committing it only once the next
 // step's loss is finite keeps weights that are finite but already diverging (the loss turns NaN
 // one step later) out of the folder.
-func (c *Checkpoints) Stage(ctx *context.Context, step int) error {
+func (c *Folder) Stage(ctx *context.Context, step int) error {
 	if err := checkFinite(ctx, step); err != nil {
 		return err
 	}
@@ -326,7 +314,7 @@ func (c *Checkpoints) Stage(ctx *context.Context, step int) error {
 }
 
 // Pending returns the step of the staged checkpoint waiting for Commit, or -1.
-func (c *Checkpoints) Pending() int {
+func (c *Folder) Pending() int {
 	if c.pending == "" {
 		return -1
 	}
@@ -334,7 +322,7 @@ func (c *Checkpoints) Pending() int {
 }
 
 // Discard deletes the staged checkpoint, if any.
-func (c *Checkpoints) Discard() error {
+func (c *Folder) Discard() error {
 	if c.pending == "" {
 		return nil
 	}
@@ -350,7 +338,7 @@ func (c *Checkpoints) Discard() error {
 // Commit renames the staged checkpoint into the folder — manifest, data, then the .json that
 // makes it a checkpoint, syncing the folder in between — and prunes old ones. Without a staged
 // checkpoint it does nothing.
-func (c *Checkpoints) Commit() error {
+func (c *Folder) Commit() error {
 	if c.pending == "" {
 		return nil
 	}
@@ -378,7 +366,7 @@ func (c *Checkpoints) Commit() error {
 
 // prune deletes whole checkpoints beyond the newest keep and any checkpoint file older than the
 // oldest one kept. The newest whole checkpoint is always kept.
-func (c *Checkpoints) prune() error {
+func (c *Folder) prune() error {
 	if len(c.whole) <= c.keep {
 		return nil
 	}
@@ -438,73 +426,4 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// NonFiniteError reports a NaN or infinite value in a variable, at a save or in a checkpoint.
-type NonFiniteError struct {
-	Step     int
-	Variable string
-	Index    int // flat index of the first non-finite element
-}
-
-func (e *NonFiniteError) Error() string {
-	return fmt.Sprintf("step %d: %s holds a non-finite value (element %d)", e.Step, e.Variable, e.Index)
-}
-
-// checkFinite returns a *NonFiniteError for the first float variable of ctx with a NaN or Inf.
-func checkFinite(ctx *context.Context, step int) error {
-	var found error
-	ctx.EnumerateVariables(func(v *context.Variable) {
-		if found != nil || !v.HasValue() || !v.Shape().DType.IsFloat() {
-			return
-		}
-		err := v.MustValue().ConstBytes(func(data []byte) {
-			if i := firstNonFinite(v.Shape().DType, data); i >= 0 {
-				found = &NonFiniteError{Step: step, Variable: v.ParameterName(), Index: i}
-			}
-		})
-		if err != nil && found == nil {
-			found = err
-		}
-	})
-	return found
-}
-
-// firstNonFinite returns the index of the first NaN or Inf in raw little-endian data of dtype, or
-// -1. Types other than floats are always finite.
-func firstNonFinite(dtype dtypes.DType, data []byte) int {
-	le16 := func(i int) uint16 { return uint16(data[2*i]) | uint16(data[2*i+1])<<8 }
-	switch dtype {
-	case dtypes.Float32:
-		for i := range len(data) / 4 {
-			b := data[4*i:]
-			f := math.Float32frombits(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
-			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-				return i
-			}
-		}
-	case dtypes.Float64:
-		for i := range len(data) / 8 {
-			var u uint64
-			for k := 7; k >= 0; k-- {
-				u = u<<8 | uint64(data[8*i+k])
-			}
-			if f := math.Float64frombits(u); math.IsNaN(f) || math.IsInf(f, 0) {
-				return i
-			}
-		}
-	case dtypes.BFloat16:
-		for i := range len(data) / 2 {
-			if le16(i)&0x7f80 == 0x7f80 { // exponent all ones: Inf or NaN
-				return i
-			}
-		}
-	case dtypes.Float16:
-		for i := range len(data) / 2 {
-			if le16(i)&0x7c00 == 0x7c00 {
-				return i
-			}
-		}
-	}
-	return -1
 }

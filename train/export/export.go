@@ -1,4 +1,12 @@
-package train
+// Package export lets another framework reproduce a run exactly: a trainer's weights (after
+// Trainer.Initialize, the ones its first step sees), the batches of its first steps and its
+// configuration are written as NumPy files and JSON, which reference/jax/tutorial.py reads to
+// train the same run in JAX/Flax side by side (onegpu compare).
+//
+//	trainer, err := train.New(backend, config)
+//	err = trainer.Initialize()
+//	ref, err := export.Write(trainer, "run/", batches, 10) // run/params/..., inputs.npy, labels.npy, config.json
+package export
 
 import (
 	"encoding/json"
@@ -8,64 +16,15 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/x448/float16"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/train"
 )
-
-// This file lets another framework reproduce a run exactly: the trainer's initial weights, the
-// batches and the configuration are written as NumPy files and JSON (reference/jax/ reads them), and
-// the step is compiled and initialized without being run, so that the exported weights are the ones
-// the first step sees.
-
-// Initialize creates the train step's variables and initializes them from the config's seed,
-// without running (or compiling) the step: afterwards the weights are those the first Step will
-// update, ready for Export. It is optional (the first Step initializes what is missing) and must
-// come before it.
-//
-// The step's graph is built once for this, on the trainer's context: GoMLX v0.26.0's
-// context.Exec.PreCompile cannot be used, because it donates the buffers of the variables the step
-// updates and resets them without running the step.
-func (t *Trainer) Initialize() error {
-	if t.exec != nil {
-		return fmt.Errorf("initialize: the trainer has already run a step")
-	}
-	p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
-	if err != nil {
-		return fmt.Errorf("building the train step: %w", err)
-	}
-	p.Graph.Finalize()
-	if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
-		return fmt.Errorf("initializing the variables: %w", err)
-	}
-	// The step's graph finds the variables instead of creating them, as after a checkpoint.
-	t.Ctx = t.Ctx.Checked(false)
-	return nil
-}
-
-// StepCompiled runs one train step like Step and also returns XLA's memory account of the compiled
-// step (see graph.CompiledMemoryOf): that of the executable that runs, not of a second
-// compilation. The account is nil on a backend that is not XLA (the embedded one compiles nothing).
-func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.CompiledMemory, error) {
-	outs, g, err := t.run(batch)
-	if err != nil {
-		return StepMetrics{}, nil, err
-	}
-	m := t.metricsOf(outs)
-	if _, isXLA := t.Backend.(*xla.Backend); !isXLA {
-		return m, nil, nil
-	}
-	mem, err := ograph.CompiledMemoryOf(g)
-	if err != nil {
-		return m, nil, err
-	}
-	return m, &mem, nil
-}
 
 // Reference is the description of an exported run, written as config.json next to the weights
 // and the batches. Field names are those reference/jax/tutorial.py reads.
@@ -123,7 +82,7 @@ type ReferenceClassifier struct {
 	Dropout float64 `json:"dropout_rate"`
 }
 
-// ReferenceSchedule is the learning-rate schedule (see Schedule).
+// ReferenceSchedule is the learning-rate schedule (see train.Schedule).
 type ReferenceSchedule struct {
 	Init            float64 `json:"init_value"`
 	Peak            float64 `json:"peak_value"`
@@ -139,22 +98,22 @@ type ReferenceParam struct {
 	DType string `json:"dtype"` // the parameter's own dtype; the file is float32
 }
 
-// Export writes the trainer's current trainable weights, the batches of steps 0..steps-1 of data
-// and the configuration to dir (created if needed): dir/params/<flax path>.npy, dir/inputs.npy,
-// dir/labels.npy and dir/config.json. Call it after Initialize (or after any step, to export the
-// weights of that moment). It returns what it wrote to config.json.
-func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
+// Write writes t's current trainable weights, the batches of steps 0..steps-1 of batches and the
+// configuration to dir (created if needed): dir/params/<flax path>.npy, dir/inputs.npy,
+// dir/labels.npy and dir/config.json. Call it after t.Initialize (or after any step, to export
+// the weights of that moment). It returns what it wrote to config.json.
+func Write(t *train.Trainer, dir string, batches data.Data, steps int) (*Reference, error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("export: %d steps: export at least one", steps)
 	}
 	c := t.Config
 	softmax := dtypes.Float32
 	switch m := t.Model.(type) {
-	case GPT:
+	case train.GPT:
 		if m.SoftmaxDType != dtypes.InvalidDType {
 			softmax = m.SoftmaxDType
 		}
-	case Classifier:
+	case train.Classifier:
 	default:
 		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp, not the model %T", t.Model)
 	}
@@ -163,8 +122,8 @@ func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
 		SoftmaxDType: dtypeName(softmax), Remat: rematList(c), RematPolicy: c.RematPolicy.String(),
 		LossScale: c.LossScale, Schedule: ReferenceSchedule{Init: c.Schedule.Init, Peak: c.Schedule.Peak,
 			WarmupSteps: c.Schedule.WarmupSteps, TransitionSteps: c.Schedule.TransitionSteps, DecayRate: c.Schedule.DecayRate},
-		Adam:  map[string]float64{"b1": AdamBeta1, "b2": AdamBeta2, "eps": AdamEpsilon},
-		Steps: steps, Seed: c.Seed, Inputs: "inputs.npy", Labels: "labels.npy", Data: data.Describe(), Params: []ReferenceParam{}}
+		Adam:  map[string]float64{"b1": train.AdamBeta1, "b2": train.AdamBeta2, "eps": train.AdamEpsilon},
+		Steps: steps, Seed: c.Seed, Inputs: "inputs.npy", Labels: "labels.npy", Data: batches.Describe(), Params: []ReferenceParam{}}
 	if ref.LossScale == "" {
 		ref.LossScale = "none"
 	}
@@ -200,7 +159,7 @@ func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
 		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 			return nil, err
 		}
-		if err := WriteNPYFile(file, asF32); err != nil {
+		if err := data.WriteNPYFile(file, asF32); err != nil {
 			return nil, err
 		}
 		ref.Params = append(ref.Params, ReferenceParam{Path: path, Shape: v.Shape().Dimensions, DType: dtypeName(v.DType())})
@@ -209,20 +168,20 @@ func (t *Trainer) Export(dir string, data Data, steps int) (*Reference, error) {
 		return nil, fmt.Errorf("export: the context has no trainable variables: call Initialize first")
 	}
 	sort.Slice(ref.Params, func(i, j int) bool { return ref.Params[i].Path < ref.Params[j].Path })
-	batches := make([][]*tensors.Tensor, steps)
+	stepBatches := make([][]*tensors.Tensor, steps)
 	for i := range steps {
-		batches[i] = data.Batch(i)
+		stepBatches[i] = batches.Batch(i)
 	}
 	for k, name := range []string{ref.Inputs, ref.Labels} {
 		parts := make([]*tensors.Tensor, steps)
 		for i := range steps {
-			parts[i] = batches[i][k]
+			parts[i] = stepBatches[i][k]
 		}
 		stacked, err := stack(parts)
 		if err != nil {
 			return nil, fmt.Errorf("export: %s: %w", name, err)
 		}
-		if err := WriteNPYFile(filepath.Join(dir, name), stacked); err != nil {
+		if err := data.WriteNPYFile(filepath.Join(dir, name), stacked); err != nil {
 			return nil, err
 		}
 	}
@@ -243,7 +202,7 @@ func flaxPath(scope, name string) string {
 	return scope + "/" + name
 }
 
-func rematList(c Config) []string {
+func rematList(c train.Config) []string {
 	list := []string{}
 	if c.Remat.MLP {
 		list = append(list, "mlp")

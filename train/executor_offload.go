@@ -16,7 +16,7 @@ import (
 	"github.com/onegpu/onegpu/optim"
 )
 
-// Optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload "optimizer" a
+// The optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload "optimizer" a
 // step runs as two programs on one context. The device program (on the trainer's backend)
 // computes the loss, the metrics and the float32 gradients (Chain.Gradients); the host program,
 // on the embedded backend, applies the schedule, the loss-scale check, the optimizer
@@ -27,32 +27,6 @@ import (
 // GoMLX v0.26.0 binds a tensor to one backend: a variable both programs use is brought back to
 // local memory (Tensor.ToLocal) before the other program runs, and sent on with
 // Tensor.MaterializeOnDevice.
-
-// Values of Config.Offload.
-const (
-	OffloadNone      = "none"
-	OffloadOptimizer = "optimizer"
-)
-
-// checkOffload refuses an unknown Config.Offload and the combinations the offloaded step does not
-// support.
-func (c Config) checkOffload() error {
-	switch c.Offload {
-	case "", OffloadNone:
-		return nil
-	case OffloadOptimizer:
-		if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
-			return fmt.Errorf("--offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
-				"keep the parameters in float32 (--policy params=float32,...)", p)
-		}
-		if c.Devices.Distributed() {
-			return fmt.Errorf("--offload optimizer with --devices %d: the offloaded update feeds one device; use --devices 1, "+
-				"or keep the state on the devices and split it with --shard optimizer", c.Devices.Count)
-		}
-		return nil
-	}
-	return fmt.Errorf("unknown --offload %q: use %s or %s", c.Offload, OffloadNone, OffloadOptimizer)
-}
 
 // OffloadStats are the traffic of an offloaded step and its time.
 type OffloadStats struct {
@@ -68,21 +42,17 @@ type OffloadStats struct {
 
 // OffloadStats returns the last step's traffic when the optimizer is offloaded, zero otherwise.
 func (t *Trainer) OffloadStats() OffloadStats {
-	if t.offload == nil {
+	if t.exec == nil {
 		return OffloadStats{}
 	}
-	return t.offload.last
+	return t.exec.traffic()
 }
 
-// DeviceStepFn is the part of the step that runs on the trainer's backend: StepFn itself, or with
-// the optimizer offloaded the loss, metrics and count, with each parameter's float32 gradient
-// written over the parameter (so that XLA reuses the parameter's buffer for it: the device holds
-// the parameters or their gradients, never both, and no optimizer state). Give it to
-// graph.ContextProgram to analyze what the device holds.
-func (t *Trainer) DeviceStepFn() accum.StepFn {
-	if t.Config.Offload != OffloadOptimizer {
-		return t.StepFn()
-	}
+// deviceGradientsFn is the device's part of an offloaded step: the loss, metrics and count, with
+// each parameter's float32 gradient written over the parameter (so that XLA reuses the
+// parameter's buffer for it: the device holds the parameters or their gradients, never both, and
+// no optimizer state).
+func (t *Trainer) deviceGradientsFn() accum.StepFn {
 	chain, err := t.Chain()
 	if err != nil {
 		panic(err) // NewFor validated the config
@@ -143,8 +113,10 @@ func wideDType(d dtypes.DType) dtypes.DType {
 	return dtypes.Float32
 }
 
-// offloadedStep runs the two programs of an offloaded step.
-type offloadedStep struct {
+// offloadExecutor runs an offloaded step's two programs: deviceGradientsFn on the trainer's
+// backend, hostUpdateFn on an embedded backend of its own.
+type offloadExecutor struct {
+	t                    *Trainer
 	host                 backends.Backend
 	deviceExec, hostExec *context.Exec
 	// deviceVars and hostVars are the variables each program uses; trainable the parameters, in
@@ -155,40 +127,44 @@ type offloadedStep struct {
 	last                 OffloadStats
 }
 
-// newOffloadedStep prepares the two programs: it builds each once, without compiling, to create
-// and initialize its variables on its own backend (the parameters on the device, the optimizer
-// state on the host) and to learn which variables each uses. (GoMLX's Exec.PreCompile would
-// donate the buffers of the variables a program changes without running it.)
-func (t *Trainer) newOffloadedStep() (*offloadedStep, error) {
+func (o *offloadExecutor) deviceStep() accum.StepFn { return o.t.deviceGradientsFn() }
+
+func (o *offloadExecutor) traffic() OffloadStats { return o.last }
+
+// start prepares the two programs: it builds each once, without compiling, to create and
+// initialize its variables on its own backend (the parameters on the device, the optimizer state
+// on the host) and to learn which variables each uses. (GoMLX's Exec.PreCompile would donate the
+// buffers of the variables a program changes without running it.)
+func (o *offloadExecutor) start() error {
+	t := o.t
 	host, err := ograph.NewBackend("go")
 	if err != nil {
-		return nil, fmt.Errorf("--offload optimizer: the host backend: %w", err)
+		return fmt.Errorf("--offload optimizer: the host backend: %w", err)
 	}
-	o := &offloadedStep{host: host}
+	o.host = host
 	if err := o.prepare(t); err != nil {
-		host.Finalize()
-		return nil, err
+		o.close()
+		return err
 	}
-	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.DeviceStepFn()))
+	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.deviceGradientsFn()))
 	if err != nil {
-		host.Finalize()
-		return nil, err
+		o.close()
+		return err
 	}
 	o.deviceExec = o.deviceExec.WithName(StepName)
 	o.hostExec, err = context.NewExec(host, t.Ctx, t.hostUpdateFn(o.trainable))
 	if err != nil {
-		o.deviceExec.Finalize()
-		host.Finalize()
-		return nil, err
+		o.close()
+		return err
 	}
 	o.hostExec = o.hostExec.WithName("host_update")
-	return o, nil
+	return nil
 }
 
-func (o *offloadedStep) prepare(t *Trainer) error {
+func (o *offloadExecutor) prepare(t *Trainer) error {
 	// The programs find the variables these builds create, as after a checkpoint.
 	t.Ctx = t.Ctx.Checked(false)
-	device, err := ograph.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.DeviceStepFn())
+	device, err := ograph.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.deviceGradientsFn())
 	if err != nil {
 		return err
 	}
@@ -250,10 +226,16 @@ func unbind(ctx *context.Context, vars map[*context.Variable]bool, b backends.Ba
 	return moved, nil
 }
 
-// step runs the device program on args, brings the gradients to the host and runs the update
+// run runs the device program on batch, brings the gradients to the host and runs the update
 // there. It returns StepFn's outputs (loss, metrics, count, finite flag, mean loss) and the
 // device's graph.
-func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args []any) ([]*tensors.Tensor, *graph.Graph, error) {
+func (o *offloadExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+	if o.deviceExec == nil {
+		if err := o.start(); err != nil {
+			return nil, nil, err
+		}
+	}
+	ctx, device := o.t.Ctx, o.t.Backend
 	var stats OffloadStats
 	// The host keeps the parameters (its master copy); the device gets a copy, which the step
 	// consumes.
@@ -286,7 +268,7 @@ func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args
 	stats.BytesToDevice += n
 	stats.TransferSeconds = time.Since(start).Seconds()
 
-	reported, g, err := o.deviceExec.ExecWithGraph(args...)
+	reported, g, err := o.deviceExec.ExecWithGraph(args(batch)...)
 	restoreErr := o.restore(masters)
 	if err != nil {
 		return nil, nil, err
@@ -332,7 +314,7 @@ func (o *offloadedStep) step(ctx *context.Context, device backends.Backend, args
 
 // restore takes the gradients the device step left in the parameters' variables (o.grads) and
 // gives the variables their master copies back.
-func (o *offloadedStep) restore(masters []*tensors.Tensor) error {
+func (o *offloadExecutor) restore(masters []*tensors.Tensor) error {
 	o.grads = make([]*tensors.Tensor, len(o.trainable))
 	var firstErr error
 	for i, v := range o.trainable {
@@ -348,8 +330,14 @@ func (o *offloadedStep) restore(masters []*tensors.Tensor) error {
 	return firstErr
 }
 
-func (o *offloadedStep) finalize() {
-	o.deviceExec.Finalize()
-	o.hostExec.Finalize()
-	o.host.Finalize()
+func (o *offloadExecutor) close() {
+	for _, exec := range []*context.Exec{o.deviceExec, o.hostExec} {
+		if exec != nil {
+			exec.Finalize()
+		}
+	}
+	if o.host != nil {
+		o.host.Finalize()
+	}
+	o.deviceExec, o.hostExec, o.host = nil, nil, nil
 }
