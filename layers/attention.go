@@ -16,7 +16,8 @@ import (
 
 // CausalSelfAttention is the tutorial's attention block without its residual: one QKV projection
 // (a DenseGeneral to [heads, 3·headDim], split into query, key and value), scaled dot-product
-// attention with a causal mask (PlainAttention), and an output projection back to x's width.
+// attention with a causal mask (PlainAttention, or ChunkedAttention as SetAttention sets on the
+// context), and an output projection back to x's width.
 func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType) *graph.Node {
 	if x.Rank() != 3 {
 		panic(fmt.Sprintf("layers.CausalSelfAttention: x must be [batch, sequence, width], got %s", x.Shape()))
@@ -25,7 +26,7 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 	qkv := DenseGeneral(ctx.In("qkv"), x, 1, heads, 3*headDim) // [b, t, h, 3d]
 	// jnp.split's gradient: one concatenate of the three cotangents, not three padded sums.
 	parts := ograph.SplitAxis(qkv, -1, 3)
-	values := Note(ctx, "attention", PlainAttention(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
+	values := Note(ctx, "attention", AttentionOf(ctx).Core()(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
 	return DenseGeneral(ctx.In("output_layer"), values, 2, width)
 }
 

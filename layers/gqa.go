@@ -18,7 +18,8 @@ type GroupedQuery struct {
 	// SoftmaxDType is the dtype of the scores, mask and softmax; float32 when unset.
 	SoftmaxDType dtypes.DType
 	// Core computes attention from the projected, rotated heads (see PlainAttention for the
-	// contract); PlainAttention when nil.
+	// contract); when nil, the core of the Attention set on the context (SetAttention; plain when
+	// none is set).
 	Core func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node
 }
 
@@ -34,11 +35,11 @@ func (a GroupedQuery) Validate() error {
 }
 
 // GroupedQueryAttention is Hugging Face's LlamaAttention without its cache: Linear projections
-// without biases in scopes "q_proj" ([Heads·HeadDim, width]), "k_proj" and "v_proj" ([KVHeads·HeadDim,
-// width]), rotary embeddings on queries and keys, a.Core (PlainAttention by default) and "o_proj"
-// ([width, Heads·HeadDim]) back to x's width. x is [batch, sequence, width] in any dtype; the work
-// runs in the compute dtype of the policy on ctx's scope. Keys and values are projected once per
-// key/value head and never copied per query head.
+// without biases in scopes "q_proj" ([Heads·HeadDim, width]), "k_proj" and "v_proj"
+// ([KVHeads·HeadDim, width]), rotary embeddings on queries and keys, a.Core (the context's
+// Attention by default) and "o_proj" ([width, Heads·HeadDim]) back to x's width. x is [batch,
+// sequence, width] in any dtype; the work runs in the compute dtype of the policy on ctx's scope.
+// Keys and values are projected once per key/value head and never copied per query head.
 func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) *graph.Node {
 	if err := a.Validate(); err != nil {
 		panic("layers.GroupedQueryAttention: " + err.Error())
@@ -58,7 +59,7 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) 
 		softmaxDType = dtypes.Float32
 	}
 	if core == nil {
-		core = PlainAttention
+		core = AttentionOf(ctx).Core()
 	}
 	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]
 	return Linear(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)

@@ -21,13 +21,18 @@ const InitializerRange = 0.02
 // layout, so that published weights load without a transpose), normal with std InitializerRange.
 // The product runs in the policy's compute dtype and is tagged as a matmul for remat policies.
 func Linear(ctx *context.Context, x *graph.Node, features int) *graph.Node {
-	p := mixed.PolicyOf(ctx)
 	if x.Rank() < 1 || features < 1 {
 		panic(fmt.Sprintf("layers.Linear: cannot project %s to %d features", x.Shape(), features))
 	}
-	weight := ctx.WithInitializer(initializers.RandomNormalFn(ctx, InitializerRange)).
-		VariableWithShape("weight", shapes.Make(p.Param, features, x.Shape().Dim(-1))).ValueGraph(x.Graph())
-	return Note(ctx, "Linear", LinearWith(ctx, x, weight))
+	return Note(ctx, "Linear", LinearWith(ctx, x, LinearWeight(ctx, x.Graph(), x.Shape().Dim(-1), features)))
+}
+
+// LinearWeight returns Linear's weight [features, in] in scope ctx, creating it as Linear does
+// (in the policy's param dtype, normal with std InitializerRange): for a loss that applies the
+// layer itself, chunk by chunk (ChunkedCrossEntropySum).
+func LinearWeight(ctx *context.Context, g *graph.Graph, in, features int) *graph.Node {
+	return ctx.WithInitializer(initializers.RandomNormalFn(ctx, InitializerRange)).
+		VariableWithShape("weight", shapes.Make(mixed.PolicyOf(ctx).Param, features, in)).ValueGraph(g)
 }
 
 // LinearWith is Linear with a weight [features, in] the caller owns, e.g. the embedding table of a

@@ -121,7 +121,24 @@ func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
 
 // Loss returns the summed cross-entropy of predicting labels [batch, length] from tokens and the
 // number of labels counted (all of them, or those where mask is true), as float32 scalars, so that
-// callers form exact means across micro-batches.
+// callers form exact means across micro-batches. With a chunked layers.CrossEntropy set on ctx
+// (layers.SetCrossEntropy) the output layer and the loss run a chunk of tokens at a time
+// (layers.ChunkedCrossEntropySum): no [tokens, Vocab] logits exist at once.
 func (m Llama) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
+	if chunk := layers.CrossEntropyOf(ctx).Chunk; chunk > 0 {
+		hidden := m.Hidden(ctx, tokens)
+		head := layers.Projection{Weight: m.headWeight(ctx, hidden.Graph()), ClassesFirst: true}
+		return layers.ChunkedCrossEntropySum(hidden, head, labels, mask, chunk)
+	}
 	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
+}
+
+// headWeight is the output layer's weight [Vocab, Hidden]: the embedding table when the embeddings
+// are tied, "lm_head" otherwise.
+func (m Llama) headWeight(ctx *context.Context, g *graph.Graph) *graph.Node {
+	mixed.SetPolicy(ctx, m.Policy)
+	if m.Config.TiedEmbeddings {
+		return m.embeddings(ctx, g)
+	}
+	return layers.LinearWeight(ctx.In("lm_head"), g, m.Config.Hidden, m.Config.Vocab)
 }

@@ -1,0 +1,174 @@
+package layers
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// How attention and the loss are computed is a choice of the run, not of the model: the models'
+// attention layers and losses read it from the context (SetAttention, SetCrossEntropy), as their
+// layers read the precision policy.
+
+// DefaultAttentionBlock is the block ParseAttention gives "chunked": on a Llama-3.2-1B layer at
+// sequence 8192 (XLA CPU, bfloat16) 1024 compiles to 36 block pairs, 3.4k graph nodes and 0.65 GiB
+// of temporaries, where 512 gives 136 pairs, 10.6k nodes and 0.28 GiB, and 2048 2.2 GiB.
+const DefaultAttentionBlock = 1024
+
+// DefaultCrossEntropyChunk is the chunk ParseCrossEntropy gives "chunked": 512 tokens' float32
+// logits are 250 MiB at Llama 3's vocabulary of 128,256.
+const DefaultCrossEntropyChunk = 512
+
+// Attention says how the attention core computes: plainly, the whole [seq, seq] scores at once
+// (the zero value), or chunked (ChunkedAttentionBlocks).
+type Attention struct {
+	// Block is the number of queries and keys per block of chunked attention; 0 is plain attention.
+	Block int
+	// KeyBlock, when set, is the number of keys per block instead of Block: at least the sequence
+	// length gives the queries-only scheme (each query block reads its whole causal prefix at once).
+	KeyBlock int
+}
+
+// ParseAttention reads "plain", "chunked" (DefaultAttentionBlock), "chunked=BLOCK" or
+// "chunked=QUERIESxKEYS" (e.g. "chunked=512x8192").
+func ParseAttention(s string) (Attention, error) {
+	kind, sizes, err := parseChunking(s, "attention", "plain|chunked[=BLOCK|=QUERIESxKEYS]")
+	if err != nil || kind == "plain" {
+		return Attention{}, err
+	}
+	if sizes == "" {
+		return Attention{Block: DefaultAttentionBlock}, nil
+	}
+	queries, keys, hasKeys := strings.Cut(sizes, "x")
+	a := Attention{}
+	if a.Block, err = positive(queries, "attention block"); err != nil {
+		return Attention{}, err
+	}
+	if hasKeys {
+		if a.KeyBlock, err = positive(keys, "attention key block"); err != nil {
+			return Attention{}, err
+		}
+	}
+	return a, nil
+}
+
+// String is the form ParseAttention reads.
+func (a Attention) String() string {
+	switch {
+	case a.Block == 0:
+		return "plain"
+	case a.KeyBlock == 0 || a.KeyBlock == a.Block:
+		return fmt.Sprintf("chunked=%d", a.Block)
+	default:
+		return fmt.Sprintf("chunked=%dx%d", a.Block, a.KeyBlock)
+	}
+}
+
+// Validate returns an error naming a negative block, or a key block without a block.
+func (a Attention) Validate() error {
+	if a.Block < 0 || a.KeyBlock < 0 || (a.Block == 0 && a.KeyBlock != 0) {
+		return fmt.Errorf("attention %+v: blocks must be positive (Block 0 is plain attention, which has no key block)", a)
+	}
+	return nil
+}
+
+// Core returns the attention core a computes with: PlainAttention, or ChunkedAttentionBlocks with
+// a's blocks. Its signature is GroupedQuery.Core's (and models.Llama's Attention).
+func (a Attention) Core() func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
+	if err := a.Validate(); err != nil {
+		panic("layers.Attention.Core: " + err.Error())
+	}
+	if a.Block == 0 {
+		return PlainAttention
+	}
+	keys := a.KeyBlock
+	if keys == 0 {
+		keys = a.Block
+	}
+	return func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
+		return ChunkedAttentionBlocks(q, k, v, softmaxDType, a.Block, keys)
+	}
+}
+
+// CrossEntropy says how a model's loss computes its logits: all at once (the zero value), or Chunk
+// tokens at a time (ChunkedCrossEntropySum).
+type CrossEntropy struct {
+	// Chunk is the number of tokens per chunk; 0 is the plain loss.
+	Chunk int
+}
+
+// ParseCrossEntropy reads "plain", "chunked" (DefaultCrossEntropyChunk) or "chunked=CHUNK".
+func ParseCrossEntropy(s string) (CrossEntropy, error) {
+	kind, size, err := parseChunking(s, "cross-entropy", "plain|chunked[=CHUNK]")
+	if err != nil || kind == "plain" {
+		return CrossEntropy{}, err
+	}
+	if size == "" {
+		return CrossEntropy{Chunk: DefaultCrossEntropyChunk}, nil
+	}
+	chunk, err := positive(size, "cross-entropy chunk")
+	return CrossEntropy{Chunk: chunk}, err
+}
+
+// String is the form ParseCrossEntropy reads.
+func (c CrossEntropy) String() string {
+	if c.Chunk == 0 {
+		return "plain"
+	}
+	return fmt.Sprintf("chunked=%d", c.Chunk)
+}
+
+// Validate returns an error for a negative chunk.
+func (c CrossEntropy) Validate() error {
+	if c.Chunk < 0 {
+		return fmt.Errorf("cross-entropy chunk %d: must be positive (0 is the plain loss)", c.Chunk)
+	}
+	return nil
+}
+
+const (
+	attentionParam    = "layers_attention"
+	crossEntropyParam = "layers_cross_entropy"
+)
+
+// SetAttention sets how the attention layers in ctx's scope and below compute (CausalSelfAttention,
+// and GroupedQueryAttention without a Core of its own).
+func SetAttention(ctx *context.Context, a Attention) { ctx.SetParam(attentionParam, a) }
+
+// AttentionOf returns the Attention set on ctx's scope or above; plain when none was set.
+func AttentionOf(ctx *context.Context) Attention {
+	return context.GetParamOr(ctx, attentionParam, Attention{})
+}
+
+// SetCrossEntropy sets how the losses of the models in ctx's scope compute their logits.
+func SetCrossEntropy(ctx *context.Context, c CrossEntropy) { ctx.SetParam(crossEntropyParam, c) }
+
+// CrossEntropyOf returns the CrossEntropy set on ctx's scope or above; plain when none was set.
+func CrossEntropyOf(ctx *context.Context) CrossEntropy {
+	return context.GetParamOr(ctx, crossEntropyParam, CrossEntropy{})
+}
+
+// parseChunking splits "plain" or "chunked[=SIZES]" into its kind and sizes.
+func parseChunking(s, what, forms string) (kind, sizes string, err error) {
+	kind, sizes, hasSizes := strings.Cut(strings.TrimSpace(s), "=")
+	switch {
+	case kind == "plain" && !hasSizes:
+		return kind, "", nil
+	case kind == "chunked" && (!hasSizes || sizes != ""):
+		return kind, sizes, nil
+	}
+	return "", "", fmt.Errorf("%s %q: want %s", what, s, forms)
+}
+
+// positive parses a positive integer size.
+func positive(s, what string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s %q: want a positive number of tokens", what, s)
+	}
+	return n, nil
+}

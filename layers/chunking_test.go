@@ -1,0 +1,119 @@
+package layers_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/layers"
+)
+
+func TestParseAttention(t *testing.T) {
+	for s, want := range map[string]layers.Attention{
+		"plain":            {},
+		"chunked":          {Block: layers.DefaultAttentionBlock},
+		"chunked=256":      {Block: 256},
+		"chunked=512x8192": {Block: 512, KeyBlock: 8192},
+	} {
+		got, err := layers.ParseAttention(s)
+		if err != nil || got != want {
+			t.Errorf("ParseAttention(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+		if again, err := layers.ParseAttention(got.String()); err != nil || again != got {
+			t.Errorf("ParseAttention(%q.String() = %q) = %+v, %v", s, got.String(), again, err)
+		}
+	}
+	for _, s := range []string{"", "flash", "plain=4", "chunked=", "chunked=0", "chunked=-2", "chunked=4x", "chunked=axb"} {
+		if _, err := layers.ParseAttention(s); err == nil || !strings.Contains(err.Error(), "attention") {
+			t.Errorf("ParseAttention(%q): got %v, want an error naming the attention", s, err)
+		}
+	}
+}
+
+func TestParseCrossEntropy(t *testing.T) {
+	for s, want := range map[string]layers.CrossEntropy{
+		"plain": {}, "chunked": {Chunk: layers.DefaultCrossEntropyChunk}, "chunked=100": {Chunk: 100},
+	} {
+		got, err := layers.ParseCrossEntropy(s)
+		if err != nil || got != want {
+			t.Errorf("ParseCrossEntropy(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+		if again, err := layers.ParseCrossEntropy(got.String()); err != nil || again != got {
+			t.Errorf("ParseCrossEntropy(%q.String() = %q) = %+v, %v", s, got.String(), again, err)
+		}
+	}
+	for _, s := range []string{"fused", "chunked=0", "chunked=1x2", "plain=3"} {
+		if _, err := layers.ParseCrossEntropy(s); err == nil || !strings.Contains(err.Error(), "cross-entropy") {
+			t.Errorf("ParseCrossEntropy(%q): got %v, want an error naming the cross-entropy", s, err)
+		}
+	}
+	if err := (layers.CrossEntropy{Chunk: -1}).Validate(); err == nil {
+		t.Error("CrossEntropy{Chunk: -1}.Validate() = nil, want an error")
+	}
+	if err := (layers.Attention{KeyBlock: 4}).Validate(); err == nil {
+		t.Error("Attention{KeyBlock: 4}.Validate() = nil, want an error (a key block without a block)")
+	}
+}
+
+// TestSetAttention: the tutorial's attention layer (CausalSelfAttention) computes with the
+// Attention set on its context: chunked, its loss and gradients (input and every weight) equal the
+// plain layer's within float32 rounding.
+func TestSetAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	const seq = 13
+	x, r := randomTensor(rng, 2, seq, attnWidth), randomTensor(rng, 2, seq, attnWidth)
+	ctx := context.New()
+	run := func(a layers.Attention) [][]float64 {
+		layers.SetAttention(ctx, a)
+		return runContext(t, ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+			return attentionLoss(ctx, dtypes.Float32, xs[0], xs[1])
+		}, x, r)
+	}
+	want := run(layers.Attention{})
+	ctx = ctx.Reuse()
+	got := run(layers.Attention{Block: 4})
+	got = got[:len(want)] // the second run also differentiates the random state the first one created
+	if slices.EqualFunc(got, want, slices.Equal) {
+		t.Error("the chunked layer's results are bit for bit the plain layer's: the Attention set on the context was not used")
+	}
+	for i := range want {
+		limit := 1e-5
+		if i == 0 {
+			limit = 1e-6
+		}
+		if rel := backendtest.RelativeL2(got[i], want[i]); rel > limit {
+			t.Errorf("output %d: chunked differs from plain by %.2g relative L2, want <= %g", i, rel, limit)
+		}
+	}
+}
+
+// runContext runs fn with ctx's variables on the embedded backend and returns its outputs as
+// float64 values.
+func runContext(t *testing.T, ctx *context.Context, fn func(ctx *context.Context, xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
+	t.Helper()
+	exec, err := context.NewExec(backendtest.Embedded(), ctx, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Finalize()
+	args := make([]any, len(inputs))
+	for i, in := range inputs {
+		args[i] = in
+	}
+	outs, err := exec.Exec(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := make([][]float64, len(outs))
+	for i, out := range outs {
+		values[i] = backendtest.Floats(out)
+	}
+	return values
+}
