@@ -8,7 +8,6 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/internal/backendtest"
@@ -72,7 +71,7 @@ func TestSetAttention(t *testing.T) {
 	ctx := context.New()
 	run := func(a layers.Attention) [][]float64 {
 		layers.SetAttention(ctx, a)
-		return runContext(t, ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+		return backendtest.RunContext(t, backendtest.Embedded(), ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
 			return attentionLoss(ctx, dtypes.Float32, xs[0], xs[1])
 		}, x, r)
 	}
@@ -92,28 +91,4 @@ func TestSetAttention(t *testing.T) {
 			t.Errorf("output %d: chunked differs from plain by %.2g relative L2, want <= %g", i, rel, limit)
 		}
 	}
-}
-
-// runContext runs fn with ctx's variables on the embedded backend and returns its outputs as
-// float64 values.
-func runContext(t *testing.T, ctx *context.Context, fn func(ctx *context.Context, xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
-	t.Helper()
-	exec, err := context.NewExec(backendtest.Embedded(), ctx, fn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exec.Finalize()
-	args := make([]any, len(inputs))
-	for i, in := range inputs {
-		args[i] = in
-	}
-	outs, err := exec.Exec(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := make([][]float64, len(outs))
-	for i, out := range outs {
-		values[i] = backendtest.Floats(out)
-	}
-	return values
 }

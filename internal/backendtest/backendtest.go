@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
 )
@@ -64,11 +65,29 @@ func Run(t testing.TB, backend backends.Backend, fn func(xs []*graph.Node) []*gr
 		t.Fatal(err)
 	}
 	defer exec.Finalize()
+	return floatOutputs(t, exec.Exec, inputs)
+}
+
+// RunContext is Run for a function of ctx's variables (created on the first run).
+func RunContext(t testing.TB, backend backends.Backend, ctx *context.Context,
+	fn func(ctx *context.Context, xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
+	t.Helper()
+	exec, err := context.NewExec(backend, ctx, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Finalize()
+	return floatOutputs(t, exec.Exec, inputs)
+}
+
+// floatOutputs executes run on inputs and returns every output as float64 values.
+func floatOutputs(t testing.TB, run func(args ...any) ([]*tensors.Tensor, error), inputs []*tensors.Tensor) [][]float64 {
+	t.Helper()
 	args := make([]any, len(inputs))
 	for i, in := range inputs {
 		args[i] = in
 	}
-	outs, err := exec.Exec(args...)
+	outs, err := run(args...)
 	if err != nil {
 		t.Fatal(err)
 	}
