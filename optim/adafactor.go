@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -274,3 +275,43 @@ func without(dims []int, axis int) []int {
 
 // rms is the root mean square of all of x's elements, a scalar.
 func rms(x *graph.Node) *graph.Node { return graph.Sqrt(graph.ReduceAllMean(graph.Square(x))) }
+
+// Optax is optax.adafactor's name and arguments, by optax's names, for the JAX reference (what
+// optim.OptaxOptimizer asks): every argument is given; booleans are 0 or 1, and a clipping
+// threshold, momentum or weight decay rate of 0 stands for optax's None. The learning rate is
+// the schedule's, not an argument.
+func (o *AdafactorOptimizer) Optax() (string, map[string]float64) {
+	c := o.config
+	flag := func(on bool) float64 {
+		if on {
+			return 1
+		}
+		return 0
+	}
+	return "adafactor", map[string]float64{"min_dim_size_to_factor": float64(c.minDimSizeToFactor), "decay_rate": c.decayRate,
+		"decay_offset": float64(c.decayOffset), "multiply_by_parameter_scale": flag(c.parameterScale),
+		"clipping_threshold": c.clippingThreshold, "momentum": c.momentum, "weight_decay_rate": c.weightDecayRate,
+		"eps": c.epsilon, "factored": flag(c.factored)}
+}
+
+// String describes the optimizer with its settings that differ from optax.adafactor's defaults,
+// e.g. "adafactor" or "adafactor(momentum=0.9, weight_decay_rate=0.001)": two Adafactors with the
+// same description update the same way.
+func (o *AdafactorOptimizer) String() string {
+	_, settings := o.Optax()
+	_, defaults := Adafactor().Done().Optax()
+	var changed []string
+	for _, name := range adafactorSettings {
+		if settings[name] != defaults[name] {
+			changed = append(changed, fmt.Sprintf("%s=%g", name, settings[name]))
+		}
+	}
+	if len(changed) == 0 {
+		return "adafactor"
+	}
+	return "adafactor(" + strings.Join(changed, ", ") + ")"
+}
+
+// adafactorSettings are optax.adafactor's arguments in its order.
+var adafactorSettings = []string{"min_dim_size_to_factor", "decay_rate", "decay_offset", "multiply_by_parameter_scale",
+	"clipping_threshold", "momentum", "weight_decay_rate", "eps", "factored"}

@@ -309,14 +309,44 @@ type optaxFixture struct {
 	StepScales []float64           `json:"step_scales"`
 	Rates      []float64           `json:"learning_rates"`
 	Variants   []struct {
-		Name    string `json:"name"`
-		File    string `json:"file"`
-		Outputs []struct {
+		Name     string         `json:"name"`
+		Settings map[string]any `json:"settings"` // optax.adafactor's arguments other than its defaults
+		File     string         `json:"file"`
+		Outputs  []struct {
 			Tensor, What string
 			Shape        []int
 			Offset       int
 		} `json:"outputs"`
 	} `json:"variants"`
+}
+
+// checkOptaxSettings checks that opt's Optax (what the JAX reference builds optax.adafactor with)
+// gives the arguments the fixture gave optax, and optax.adafactor's defaults for the others.
+func checkOptaxSettings(t *testing.T, opt *AdafactorOptimizer, given map[string]any) {
+	t.Helper()
+	want := map[string]float64{"min_dim_size_to_factor": 128, "decay_rate": 0.8, "decay_offset": 0, "multiply_by_parameter_scale": 1,
+		"clipping_threshold": 1, "momentum": 0, "weight_decay_rate": 0, "eps": 1e-30, "factored": 1}
+	for name, value := range given {
+		switch v := value.(type) {
+		case nil:
+			want[name] = 0
+		case bool:
+			want[name] = map[bool]float64{false: 0, true: 1}[v]
+		case float64:
+			want[name] = v
+		default:
+			t.Fatalf("fixture setting %s=%v of type %T", name, value, value)
+		}
+	}
+	name, got := opt.Optax()
+	if name != "adafactor" || len(got) != len(want) {
+		t.Fatalf("Optax() = %q, %v; want adafactor, %v", name, got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Optax()[%q] = %g, the fixture gave optax %g (%v)", k, got[k], v, given)
+		}
+	}
 }
 
 // checkOptaxFixture runs onegpu's Adafactor on the fixture's inputs for each of its variants and
@@ -348,6 +378,7 @@ func checkOptaxFixture(t *testing.T, dir string) {
 			if !ok {
 				t.Fatalf("the fixture has a variant %q this test does not know", variant.Name)
 			}
+			checkOptaxSettings(t, s.config().Done(), variant.Settings)
 			raw, err := os.ReadFile(filepath.Join(dir, variant.File))
 			if err != nil {
 				t.Fatal(err)

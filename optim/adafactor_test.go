@@ -192,6 +192,22 @@ func TestAdafactorFactoredAxes(t *testing.T) {
 	}
 }
 
+func TestAdafactorString(t *testing.T) {
+	for _, tc := range []struct {
+		opt  *AdafactorOptimizer
+		want string
+	}{
+		{Adafactor().Done(), "adafactor"},
+		{Adafactor().LearningRate(0.1).Done(), "adafactor"}, // the learning rate is the schedule's
+		{optionsVariant.config().Done(), "adafactor(min_dim_size_to_factor=8, decay_rate=0.6, multiply_by_parameter_scale=0, " +
+			"clipping_threshold=0, momentum=0.9, weight_decay_rate=0.001)"},
+	} {
+		if got := tc.opt.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
 func TestAdafactorConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		config *AdafactorConfig
