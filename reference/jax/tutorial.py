@@ -150,29 +150,50 @@ def load_params(folder, cfg, model, example):
 OPTIMIZERS = ("adam", "adamw", "adafactor")
 
 
-def make_optimizer(name, schedule, adam, weight_decay):
-    """The optax optimizer onegpu's optimizer `name` computes, on the learning-rate schedule.
+def make_optimizer(cfg, schedule, flag_name=None, flag_weight_decay=None):
+    """The optax optimizer that computes what onegpu's optimizer does, on the learning-rate schedule.
 
-    adam: optax.adam with config.json's b1, b2, eps (GoMLX's Adam: eps outside the square root).
+    config.json names it ("optimizer": optax's name, "optimizer_params": its arguments by optax's
+    names; an older export has only "adam": b1, b2, eps). --optimizer and --weight-decay, when
+    given, must say the same (a configuration that does not is a mistake, not a choice), and
+    stand in for what config.json does not say.
+
+    adam: optax.adam with b1, b2, eps (GoMLX's Adam: eps outside the square root).
     adamw: optax.adamw with the same and weight_decay, decoupled and multiplied by the learning rate,
       on every parameter (mask None), as GoMLX's AdamConfig.WeightDecay applies it to every
       trainable variable: p <- p - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p).
-    adafactor: optax.adafactor with its defaults (as optim.Adafactor's) and the schedule as its
-      learning rate; weight_decay is its weight_decay_rate (added after the learning rate, not
-      multiplied by it), 0 for none.
+    adafactor: optax.adafactor with optim.Adafactor's arguments (its Optax method: every argument,
+      booleans as 0 or 1, 0 for None), optax's defaults without them, and the schedule as its
+      learning rate; --weight-decay is its weight_decay_rate (added after the learning rate).
     """
-    if weight_decay < 0:
-        raise SystemExit(f"--weight-decay {weight_decay}: a weight decay is at least 0")
+    name = cfg.get("optimizer") or flag_name or "adam"
+    if flag_name and flag_name != name:
+        raise SystemExit(f"--optimizer {flag_name}, but onegpu trained with {name} (config.json): the two sides would differ")
+    if name not in OPTIMIZERS:
+        raise SystemExit(f"onegpu trained with {name}, which has no optax counterpart here: the reference has {', '.join(OPTIMIZERS)}")
+    params = dict(cfg.get("adam") or {}) if name in ("adam", "adamw") else {}  # Adam's eps is not Adafactor's
+    params.update(cfg.get("optimizer_params") or {})
+    decay_key = {"adam": "weight_decay", "adamw": "weight_decay", "adafactor": "weight_decay_rate"}[name]
+    if flag_weight_decay is not None:
+        if flag_weight_decay < 0:
+            raise SystemExit(f"--weight-decay {flag_weight_decay}: a weight decay is at least 0")
+        if decay_key in params and params[decay_key] != flag_weight_decay:
+            raise SystemExit(f"--weight-decay {flag_weight_decay}, but onegpu's {name} has {decay_key} {params[decay_key]} (config.json)")
+        params[decay_key] = flag_weight_decay
     if name == "adam":
-        if weight_decay:
-            raise SystemExit(f"--weight-decay {weight_decay} with --optimizer adam: Adam has no weight decay, use adamw")
-        return optax.adam(learning_rate=schedule, b1=adam["b1"], b2=adam["b2"], eps=adam["eps"])
+        if params.get("weight_decay"):
+            raise SystemExit(f"weight decay {params['weight_decay']} with adam: Adam has no weight decay, use adamw")
+        return optax.adam(learning_rate=schedule, b1=params["b1"], b2=params["b2"], eps=params["eps"])
     if name == "adamw":
-        return optax.adamw(learning_rate=schedule, b1=adam["b1"], b2=adam["b2"], eps=adam["eps"],
-                           weight_decay=weight_decay, mask=None)
-    if name == "adafactor":
-        return optax.adafactor(learning_rate=schedule, weight_decay_rate=weight_decay or None)
-    raise SystemExit(f"unknown optimizer {name!r}: the reference has {', '.join(OPTIMIZERS)}")
+        return optax.adamw(learning_rate=schedule, b1=params["b1"], b2=params["b2"], eps=params["eps"],
+                           weight_decay=params.get("weight_decay", 0.0), mask=None)
+    p = params
+    return optax.adafactor(
+        learning_rate=schedule, min_dim_size_to_factor=int(p.get("min_dim_size_to_factor", 128)),
+        decay_rate=p.get("decay_rate", 0.8), decay_offset=int(p.get("decay_offset", 0)),
+        multiply_by_parameter_scale=bool(p.get("multiply_by_parameter_scale", 1)),
+        clipping_threshold=p.get("clipping_threshold", 1.0) or None, momentum=p.get("momentum") or None,
+        weight_decay_rate=p.get("weight_decay_rate") or None, eps=p.get("eps", 1e-30), factored=bool(p.get("factored", 1)))
 
 
 def make_train_step(model, tx, num_minibatches, accumulate):
@@ -255,10 +276,12 @@ def main():
                          "scan for the GPT as in Part 1.2 and for the Llama, loop for the MLP as in Part 1.1)")
     ap.add_argument("--layer-dtypes", choices=["flax", "onegpu"], default="flax",
                     help="where LayerNorm and Embed cast in bfloat16: Flax's layers (the tutorial) or onegpu's placement")
-    ap.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
-                    help="optax.adam (the tutorial's), optax.adamw or optax.adafactor, as onegpu computes them")
-    ap.add_argument("--weight-decay", type=float, default=0.0,
-                    help="adamw: its decoupled weight decay; adafactor: its weight_decay_rate (default: 0, none)")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                    help="optax.adam (the tutorial's), optax.adamw or optax.adafactor, as onegpu computes them; "
+                         "must be config.json's when it names one (default: config.json's, then adam)")
+    ap.add_argument("--weight-decay", type=float, default=None,
+                    help="adamw: its decoupled weight decay; adafactor: its weight_decay_rate; must be config.json's "
+                         "when it has one (default: config.json's, then none)")
     ap.add_argument("--steps", type=int, default=0, help="train this many steps (default: config.json's)")
     ap.add_argument("--hlo", default="", help="write the compiled step's optimized HLO (compiled.as_text()) to this file")
     ap.add_argument("--pjrt-plugin", default="",
@@ -288,14 +311,15 @@ def main():
     schedule = optax.warmup_exponential_decay_schedule(
         init_value=s["init_value"], peak_value=s["peak_value"], warmup_steps=s["warmup_steps"],
         transition_steps=s["transition_steps"], decay_rate=s["decay_rate"])
-    tx = make_optimizer(args.optimizer, schedule, cfg["adam"], args.weight_decay)
+    tx = make_optimizer(cfg, schedule, args.optimizer, args.weight_decay)
+    optimizer = cfg.get("optimizer") or args.optimizer or "adam"
     state = (params, tx.init(params), jax.random.PRNGKey(cfg.get("seed", 0)))
 
     step_fn = jax.jit(make_train_step(model, tx, cfg["micro_batches"], accumulate), donate_argnums=(0,))
     device = jax.devices()[0]
     batches = [(jax.device_put(inputs[i], device), jax.device_put(labels[i], device)) for i in range(steps)]
 
-    log(f"compiling the train step ({cfg['model']}, {args.optimizer}, policy {cfg['policy']}, remat {cfg['remat'] or 'none'}, "
+    log(f"compiling the train step ({cfg['model']}, {optimizer}, policy {cfg['policy']}, remat {cfg['remat'] or 'none'}, "
         f"{cfg['micro_batches']} micro-batches, accumulate {accumulate}) on {device.device_kind}")
     start = time.perf_counter()
     compiled = step_fn.lower(state, *batches[0]).compile()
@@ -329,8 +353,7 @@ def main():
         "platform": device.platform,
         "device_kind": device.device_kind,
         "runtime": runtime,
-        "optimizer": args.optimizer,
-        "weight_decay": args.weight_decay,
+        "optimizer": optimizer,
         "accumulate": accumulate,
         "layer_dtypes": args.layer_dtypes,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
