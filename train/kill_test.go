@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +25,23 @@ import (
 )
 
 var kills = flag.Int("kills", 5, "SIGKILLs of TestKilledRunsResumeExactly (the issue's full check: -kills 50)")
+
+// killSeedEnv replays TestKilledRunsResumeExactly's kill moments: the test logs the seed it drew,
+// and ONEGPU_KILL_SEED=<that seed> draws the same fractions of a run's time again.
+const killSeedEnv = "ONEGPU_KILL_SEED"
+
+// killSeed returns the seed of the kill moments: $ONEGPU_KILL_SEED when set, else the clock.
+func killSeed(t *testing.T) uint64 {
+	s := os.Getenv(killSeedEnv)
+	if s == "" {
+		return uint64(time.Now().UnixNano())
+	}
+	seed, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("$%s=%q: want the unsigned integer a failed run logged", killSeedEnv, s)
+	}
+	return seed
+}
 
 // childEnv makes the test binary a training child: it trains smallMLP in the named folder (see
 // trainChild) instead of running tests.
@@ -98,9 +114,14 @@ var (
 // moments (during steps and during saves); every restart resumes from the newest whole checkpoint
 // — the step the killed run had finished, or the one before if its save was cut — and the run
 // resumed after all kills ends with the weights of an uninterrupted run, bit for bit (float32,
-// embedded backend). -kills N sets the number of kills (default 5; the check is 50).
+// embedded backend). -kills N sets the number of kills (default 5; the check is 50). The
+// kill moments are fractions of a run's time drawn from a seed the test logs; $ONEGPU_KILL_SEED
+// replays them (the moments scale with the measured run time, so a replay kills at the same
+// fractions, not the same instants).
 func TestKilledRunsResumeExactly(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
+	seed := killSeed(t)
+	t.Logf("kill moments drawn with seed %d (replay: %s=%d)", seed, killSeedEnv, seed)
+	rng := rand.New(rand.NewPCG(seed, 16))
 	straight := filepath.Join(t.TempDir(), "straight")
 	start := time.Now()
 	cmd, _ := child(t, straight)
@@ -119,7 +140,7 @@ func TestKilledRunsResumeExactly(t *testing.T) {
 		lastStep := -1
 		// A random moment of the time the run needs: start-up plus the steps left.
 		left := max(0.3, float64(killSteps-resumed)/killSteps)
-		timer := time.AfterFunc(time.Duration(rng.Float64()*left*float64(perRun)), func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		timer := time.AfterFunc(time.Duration(rng.Float64()*left*float64(perRun)), func() { _ = cmd.Process.Kill() })
 		for out.Scan() {
 			line := out.Text()
 			if m := resumeLine.FindStringSubmatch(line); m != nil {

@@ -1,11 +1,14 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/onegpu/onegpu/internal/filelock"
 )
 
 // lockName is the lock file of a checkpoint folder.
@@ -25,18 +28,19 @@ func (e *FolderLockedError) Error() string {
 		e.Dir, e.Holder)
 }
 
-// lockFolder takes dir's lock or returns a *FolderLockedError naming the holder. The lock is an
-// flock on dir/onegpu.lock: the kernel drops it when its process ends in any way, so a lock file
-// left by a killed run never blocks the next one.
+// lockFolder takes dir's lock or returns a *FolderLockedError naming the holder. The lock is a
+// file lock on dir/onegpu.lock (flock on unix, LockFileEx on Windows; see internal/filelock): the
+// system drops it when its process ends in any way, so a lock file left by a killed run never
+// blocks the next one.
 func lockFolder(dir string) (*folderLock, error) {
 	path := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
 	}
-	if err := tryLock(f); err != nil {
+	if err := filelock.TryLock(f); err != nil {
 		f.Close()
-		if err == errLocked {
+		if errors.Is(err, filelock.ErrLocked) {
 			return nil, &FolderLockedError{Dir: dir, Holder: readHolder(path)}
 		}
 		return nil, fmt.Errorf("locking checkpoint folder %s: %w", dir, err)
@@ -47,7 +51,7 @@ func lockFolder(dir string) (*folderLock, error) {
 		_, err = f.WriteAt([]byte(holder+"\n"), 0)
 	}
 	if err != nil {
-		unlock(f)
+		filelock.Unlock(f)
 		f.Close()
 		return nil, fmt.Errorf("checkpoint folder %s is not writable: %w", dir, err)
 	}
@@ -62,7 +66,7 @@ func readHolder(path string) string {
 		raw, _ := os.ReadFile(path)
 		holder := strings.TrimSpace(string(raw))
 		var pid int
-		if _, err := fmt.Sscanf(holder, "pid %d", &pid); err == nil && processAlive(pid) {
+		if _, err := fmt.Sscanf(holder, "pid %d", &pid); err == nil && filelock.ProcessAlive(pid) {
 			return holder
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -74,6 +78,6 @@ func (l *folderLock) release() {
 	// The file stays: removing it would let a third process lock a new file while a second one
 	// holds the old one.
 	_ = l.f.Truncate(0) // a finished run holds nothing
-	unlock(l.f)
+	filelock.Unlock(l.f)
 	l.f.Close()
 }
