@@ -2,6 +2,8 @@ package accum_test
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
@@ -25,7 +28,7 @@ import (
 // the same machine state. Reported per k: ms/step; est-MiB, the estimated peak above the step's
 // inputs (graph.Analyze's PeakTempBytes); act-MiB, the activations alive at the estimated peak
 // (the input batch, which both hold, included); heap-MiB, the measured Go heap peak above the
-// pre-step baseline (graph.MeasureHeapPeak, GOGC=10, lowest of 3 runs, outside the timed loop).
+// pre-step baseline (heapmeter.MeasurePeak, GOGC=10, lowest of 3 runs, outside the timed loop).
 // The *-ratio metrics are k=4 / k=1.
 func BenchmarkMicroBatches(b *testing.B) {
 	tutorialX, tutorialLabels := tutorialmlp.RandomBatch(1, 4096)
@@ -93,4 +96,21 @@ func BenchmarkMicroBatches(b *testing.B) {
 			b.ReportMetric(float64(four.heap)/float64(one.heap), "heap-ratio")
 		})
 	}
+}
+
+// lowestHeapPeak measures the heap peak above the baseline while run runs (heapmeter.MeasurePeak),
+// three times, and returns the lowest and all readings. Sampling errs upwards (buffers freed just
+// before the peak may not be collected yet), so the lowest of a few runs is the best reading.
+func lowestHeapPeak(t testing.TB, run func() error) (int64, string) {
+	lowest := int64(math.MaxInt64)
+	var readings []string
+	for range 3 {
+		h, err := heapmeter.MeasurePeak(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lowest = min(lowest, h.AboveBaseline())
+		readings = append(readings, fmt.Sprintf("%.1f", mib(h.AboveBaseline())))
+	}
+	return lowest, strings.Join(readings, ", ")
 }

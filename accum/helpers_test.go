@@ -2,7 +2,6 @@ package accum_test
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"testing"
 
@@ -15,15 +14,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
-var embedded = backendtest.Embedded
+var embedded = testkit.Embedded
 
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
-var backendsUnderTest = backendtest.All
+var backendsUnderTest = testkit.All
 
 // perExampleLoss is the tutorial MLP's cross-entropy per example, in compute dtype (float32
 // log-probabilities), with the MLP's variables created in ctx.
@@ -66,23 +65,11 @@ func execStep(t testing.TB, backend backends.Backend, ctx *context.Context, step
 // call executes exec on inputs and returns its outputs as float64 slices.
 func call(t testing.TB, exec *context.Exec, inputs ...*tensors.Tensor) [][]float64 {
 	t.Helper()
-	args := make([]any, len(inputs))
-	for i, in := range inputs {
-		args[i] = in
-	}
-	outs, err := exec.Exec(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := make([][]float64, len(outs))
-	for i, out := range outs {
-		values[i] = flatFloat64(out)
-	}
-	return values
+	return testkit.FloatsOf(testkit.Call(t, exec, inputs...))
 }
 
 // flatFloat64 returns a tensor's values as float64.
-var flatFloat64 = backendtest.Floats
+var flatFloat64 = testkit.Floats
 
 // variables returns the values of ctx's variables as float64 slices, by scope and name.
 func variables(t testing.TB, ctx *context.Context) map[string][]float64 {
@@ -106,20 +93,6 @@ func modelVariables() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// relL2 returns ||got - want|| / ||want||.
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := got[i] - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
 }
 
 // maskWithUnequalCounts returns a float32 mask of batch rows in which the i-th block of batch/8

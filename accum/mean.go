@@ -4,6 +4,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Mean is a mean carried as its sum and its count, so that the means of parts of a batch combine
@@ -108,12 +110,10 @@ func MaskedLoss(fn func(ctx *context.Context, batch []*graph.Node) (losses, mask
 
 // wideDType is the dtype sums and accumulators use for values of dtype: float64 stays float64,
 // anything else becomes float32.
-func wideDType(dtype dtypes.DType) dtypes.DType {
-	if dtype == dtypes.Float64 {
-		return dtypes.Float64
-	}
-	return dtypes.Float32
-}
+var wideDType = ograph.WideDType
+
+// panicf panics with an error, the way GoMLX's graph-building functions report misuse.
+var panicf = ograph.Panicf
 
 // widen converts x to wideDType, returning x itself when it already has it.
 func widen(x *graph.Node) *graph.Node {

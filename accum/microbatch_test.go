@@ -16,6 +16,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
@@ -111,7 +112,7 @@ func testGradientsMatchFullBatch(t *testing.T, backend backends.Backend) {
 				}
 				worst := 0.0
 				for i := range wantGrads {
-					e := relL2(grads[i], wantGrads[i])
+					e := testkit.RelL2(grads[i], wantGrads[i])
 					worst = max(worst, e)
 					if e > 1e-6 {
 						t.Errorf("gradient of %s: relative error %.2g", tutorialmlp.ParamNames[i], e)
@@ -134,7 +135,7 @@ func testGradientsMatchFullBatch(t *testing.T, backend backends.Backend) {
 	_, _, _, grads := accumulatedGradients(t, backend, 4, naive, x, labels, mask)
 	worst := 0.0
 	for i := range wantGrads {
-		worst = max(worst, relL2(grads[i], wantGrads[i]))
+		worst = max(worst, testkit.RelL2(grads[i], wantGrads[i]))
 	}
 	t.Logf("mean of the 4 micro-batches' means: gradient relative error up to %.3f", worst)
 	if worst < 0.01 {
@@ -161,7 +162,7 @@ func TestGradientsBFloat16Compute(t *testing.T) {
 	})
 	grads := call(t, exec, x, labels, mask)
 	for i := range wantGrads {
-		e := relL2(grads[i], wantGrads[i])
+		e := testkit.RelL2(grads[i], wantGrads[i])
 		t.Logf("%-14s relative error vs float32: %.4f", tutorialmlp.ParamNames[i], e)
 		if e > 0.05 {
 			t.Errorf("gradient of %s: relative error %.3f vs float32, want < 0.05", tutorialmlp.ParamNames[i], e)
@@ -208,7 +209,7 @@ func TestTrainStepAdam(t *testing.T) {
 		t.Errorf("the loss did not fall: %.4f", losses[1])
 	}
 	for _, name := range modelVariables() {
-		if e := relL2(params[4][name], params[1][name]); e > 1e-4 {
+		if e := testkit.RelL2(params[4][name], params[1][name]); e > 1e-4 {
 			t.Errorf("%s after %d steps: relative difference %.2g between 4 and 1 micro-batches", name, steps, e)
 		}
 	}

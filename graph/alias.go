@@ -4,7 +4,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
 // AliasUpdatedState returns step for context.NewExec with one addition: on XLA, the compiled

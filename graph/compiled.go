@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
 // CompiledMemory is XLA's own account of a compiled program's device memory, as JAX's

@@ -14,6 +14,15 @@ func Is16Bit(dtype dtypes.DType) bool {
 	return dtype == dtypes.BFloat16 || dtype == dtypes.Float16
 }
 
+// WideDType is the dtype in which onegpu sums, accumulates and processes values of dtype: float64
+// stays float64, anything else (16-bit floats, float32, integers) becomes float32.
+func WideDType(dtype dtypes.DType) dtypes.DType {
+	if dtype == dtypes.Float64 {
+		return dtypes.Float64
+	}
+	return dtypes.Float32
+}
+
 // SumInFloat32 is graph.ReduceSum that accumulates 16-bit floats in float32 and returns the
 // result in x's dtype. Other dtypes are summed as they are.
 func SumInFloat32(x *graph.Node, axes ...int) *graph.Node {

@@ -3,16 +3,18 @@ package graph_test
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/backends"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gomlx/gomlx/backends"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // gradCase is a float64 function of some inputs whose gradient exercises one replaced rule.
@@ -131,7 +133,7 @@ func TestGradientRules(t *testing.T) {
 				if tc.stock {
 					stock, _ := gradients(t, backend, tc, inputs, true)
 					for i := range ours {
-						if err := relL2(ours[i], stock[i]); err > 1e-12 {
+						if err := testkit.RelL2(ours[i], stock[i]); err > 1e-12 {
 							t.Errorf("input %d: onegpu vs GoMLX's rule: relative L2 difference %.3g", i, err)
 						}
 					}
@@ -270,7 +272,7 @@ func TestBroadcastGradient16Bit(t *testing.T) {
 					loss := graph.ReduceAllSum(graph.ConvertDType(graph.Mul(y, c), dtypes.Float64))
 					return graph.Gradient(loss, in[1])
 				}, x, bias)
-				err := relL2(outs[0], tc.want)
+				err := testkit.RelL2(outs[0], tc.want)
 				t.Logf("relative error %.3g (first column: want %.1f, got %.1f)", err, tc.want[0], outs[0][0])
 				if !stock && err > 0.01 {
 					t.Errorf("gradient off by %.3g relative (> 1%%)", err)

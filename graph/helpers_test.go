@@ -1,7 +1,6 @@
 package graph_test
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -11,14 +10,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
-var embedded = backendtest.Embedded
+var embedded = testkit.Embedded
 
 // xlaBackend is XLA with the plugin named by $ONEGPU_PJRT_PLUGIN, or nil.
-var xlaBackend = backendtest.XLA
+var xlaBackend = testkit.XLA
 
 // backendsUnderTest returns the embedded backend and, when a plugin is configured, XLA's.
 func backendsUnderTest(t testing.TB) map[string]backends.Backend {
@@ -32,7 +31,7 @@ func backendsUnderTest(t testing.TB) map[string]backends.Backend {
 }
 
 // requireXLA returns XLA or skips the test.
-var requireXLA = backendtest.RequireXLA
+var requireXLA = testkit.RequireXLA
 
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
@@ -41,10 +40,10 @@ func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tenso
 }
 
 // runOn builds fn on a backend, runs it on inputs and returns the outputs as float64.
-var runOn = backendtest.Run
+var runOn = testkit.Run
 
 // flatFloat64 returns a tensor's values as float64.
-var flatFloat64 = backendtest.Floats
+var flatFloat64 = testkit.Floats
 
 // randomTensor returns a float64 tensor with N(0, 1) values.
 func randomTensor(rng *rand.Rand, dims ...int) *tensors.Tensor {
@@ -69,29 +68,6 @@ func weightedSum(y *graph.Node) *graph.Node {
 	}
 	weights := graph.ConvertDType(graph.Const(y.Graph(), tensors.FromFlatDataAndDimensions(w, y.Shape().Dimensions...)), y.DType())
 	return graph.ReduceAllSum(graph.Mul(y, weights))
-}
-
-// relL2 returns ||got - want|| / ||want||.
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := got[i] - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
-}
-
-// maxAbs returns the largest |x|.
-func maxAbs(xs []float64) float64 {
-	m := 0.0
-	for _, x := range xs {
-		m = max(m, math.Abs(x))
-	}
-	return m
 }
 
 func toDType(dtype dtypes.DType) func(*graph.Node) *graph.Node {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
@@ -81,6 +82,14 @@ type Memory struct {
 	Timeline []int64
 	// ExecutedNodes counts the nodes the program runs (those its outputs depend on).
 	ExecutedNodes int
+	// AllocatedBytes is what the embedded backend allocates while running the step from empty
+	// buffer pools, when nothing is collected meanwhile: it takes a freed buffer of the same dtype
+	// and size from its pool when there is one (simplego keeps one pool per dtype and size) and
+	// allocates otherwise. It is what a step's buffers add to the Go heap before the next
+	// collection (freed buffers of many sizes wait in the pools until then), and, unlike a sampled
+	// heap peak, it can be measured exactly (internal/heapmeter.Allocated). At least PeakTempBytes
+	// less the buffers reused from donated arguments.
+	AllocatedBytes int64
 	// FLOPs counts floating-point operations (matmuls exactly, elementwise ops as one per output
 	// element, reductions as one per input element); MatmulFLOPs is the matmul part.
 	FLOPs, MatmulFLOPs int64
@@ -138,6 +147,7 @@ func Analyze(p *Program) *Memory {
 	peakLive := map[graph.NodeId]int64{}
 	var peakScratch int64
 	m.PeakBytes = liveBytes
+	var pool bufferPool
 
 	used := make([]int, len(nodes))
 	for _, n := range nodes {
@@ -166,7 +176,18 @@ func Analyze(p *Program) *Memory {
 		live[n.Id()] = bytes
 		liveBytes += bytes
 		owned[n.Id()] = true
+		if reused < 0 && bytes > 0 {
+			pool.take(n.DType(), n.Shape().Size())
+		}
 		scratch := matmulScratchBytes(n)
+		for _, b := range matmulScratch(n) {
+			pool.take(b.dtype, b.elements)
+		}
+		for _, b := range matmulScratch(n) {
+			if !b.kept {
+				pool.give(b.dtype, b.elements)
+			}
+		}
 		if liveBytes+scratch > m.PeakBytes {
 			m.PeakBytes, m.PeakAt, peakScratch = liveBytes+scratch, n, scratch
 			clear(peakLive)
@@ -184,11 +205,15 @@ func Analyze(p *Program) *Memory {
 				if b, ok := live[in.Id()]; ok {
 					liveBytes -= b
 					delete(live, in.Id())
+					if b > 0 {
+						pool.give(in.DType(), in.Shape().Size())
+					}
 				}
 			}
 		}
 	}
 	m.PeakTempBytes = m.PeakBytes - m.ArgumentBytes
+	m.AllocatedBytes = pool.allocated
 	if m.PeakAt == nil { // the peak is before the first op: only the arguments
 		for id, b := range live {
 			peakLive[id] = b
@@ -213,6 +238,34 @@ func Analyze(p *Program) *Memory {
 		m.AtPeak = m.AtPeak[:TopTensors]
 	}
 	return m
+}
+
+// bufferPool follows the embedded backend's buffer pools through a step: freed buffers by dtype
+// and number of elements, and the bytes allocated when none was free.
+type bufferPool struct {
+	free      map[poolKey]int
+	allocated int64
+}
+
+type poolKey struct {
+	dtype    dtypes.DType
+	elements int
+}
+
+func (p *bufferPool) take(dtype dtypes.DType, elements int) {
+	k := poolKey{dtype, elements}
+	if p.free[k] > 0 {
+		p.free[k]--
+		return
+	}
+	p.allocated += int64(elements) * int64(dtype.Size())
+}
+
+func (p *bufferPool) give(dtype dtypes.DType, elements int) {
+	if p.free == nil {
+		p.free = map[poolKey]int{}
+	}
+	p.free[poolKey{dtype, elements}]++
 }
 
 // bufferBytes is the size of a node's output buffer (0 for multi-output nodes, whose outputs are

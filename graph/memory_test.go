@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -16,6 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
@@ -40,9 +40,10 @@ func (s trainStep) shapes() []shapes.Shape {
 	return out
 }
 
-// measuredSteps are the graphs on which the memory estimate is checked against the heap. They are
+// measuredSteps are the graphs on which the memory simulation is checked against the embedded
+// backend's allocations (and, in a benchmark, the estimate against the sampled heap). They are
 // sized so that a step allocates tens of MiB: at the tutorial's batch of 512 the MLP step needs 4
-// MiB, within the collector's granularity (see MeasureHeapPeak).
+// MiB, within the heap sampler's granularity.
 func measuredSteps() []trainStep {
 	x, labels := tutorialmlp.RandomBatch(1, 4096)
 	return []trainStep{
@@ -88,68 +89,57 @@ func attention(ctx *context.Context, x *graph.Node, heads int) *graph.Node {
 	return graph.Add(x, graph.Einsum("bqhe,hed->bqd", values, outKernel))
 }
 
-// TestMemoryEstimateMatchesHeap: the sequential-mode estimate of a train step's peak agrees within
-// 10% with the Go heap's peak while the embedded backend executes the same step.
-func TestMemoryEstimateMatchesHeap(t *testing.T) {
+// TestAllocationsMatchSimulation: the embedded backend allocates, step for step, the buffers the
+// memory simulation says it does. Counted exactly (heapmeter.Allocated: collector off, one
+// processor, so its buffer pools behave the same in every run), a train step allocates within 1%
+// of Memory.AllocatedBytes; the rest is the executor's bookkeeping (measured: 0.02-0.35%). The
+// buffers' sizes, lifetimes, in-place reuse, donated arguments and matmul scratch all enter the
+// count, so this checks the simulation the peak estimate comes from, and it holds on a loaded
+// machine, where a sampled heap peak reads high (one read 1.174x in CI next to another test
+// binary). The sampled peak beside the estimate is BenchmarkHeapPeakVsEstimate's.
+func TestAllocationsMatchSimulation(t *testing.T) {
 	if testing.Short() {
-		t.Skip("executes three train steps while sampling the heap")
+		t.Skip("executes three train steps twice")
 	}
 	for _, step := range measuredSteps() {
 		t.Run(step.name, func(t *testing.T) {
-			// Other test binaries running at the same time can keep the collector from reclaiming a
-			// buffer freed just before the peak, for every run of an attempt (one attention score
-			// buffer, +17%); a later attempt, once they are done, reads the peak itself.
-			var ratio float64
-			for attempt := 1; attempt <= 3; attempt++ {
-				estimated, measured := estimateAndMeasure(t, embedded(), step)
-				ratio = float64(measured) / float64(estimated)
-				t.Logf("attempt %d: peak above the step's inputs: estimated %.1f MiB, measured %.1f MiB (ratio %.3f)",
-					attempt, mib(estimated), mib(measured), ratio)
-				if math.Abs(ratio-1) <= 0.10 {
-					return
-				}
-				time.Sleep(5 * time.Second)
+			m, exec, args := analyzeAndCompile(t, embedded(), step)
+			allocated, err := heapmeter.Allocated(func() error { _, err := exec.Exec(args...); return err })
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Errorf("measured/estimated = %.3f, want within 10%%", ratio)
+			ratio := float64(allocated) / float64(m.AllocatedBytes)
+			t.Logf("allocated %.2f MiB, simulated %.2f MiB (ratio %.4f, %d bytes more per op); estimated peak above the inputs %.1f MiB",
+				mib(allocated), mib(m.AllocatedBytes), ratio, (allocated-m.AllocatedBytes)/int64(m.ExecutedNodes), mib(m.PeakTempBytes))
+			if math.Abs(ratio-1) > 0.01 {
+				t.Errorf("allocated/simulated = %.4f, want within 1%%", ratio)
+			}
 		})
 	}
 }
 
-// estimateAndMeasure returns the estimated PeakTempBytes of one train step and the measured heap
-// peak above the baseline while executing it (after a first, compiling, call).
-func estimateAndMeasure(t testing.TB, backend backends.Backend, step trainStep) (estimated, measured int64) {
-	ctx := context.New()
-	p, err := ograph.ContextProgram(backend, ctx, step.name, step.shapes(), step.fn)
+// analyzeAndCompile returns the memory analysis of one train step, and the step compiled and run
+// once (compiling it, initializing the variables) with its arguments.
+func analyzeAndCompile(t testing.TB, backend backends.Backend, step trainStep) (*ograph.Memory, *context.Exec, []any) {
+	p, err := ograph.ContextProgram(backend, context.New(), step.name, step.shapes(), step.fn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := ograph.Analyze(p)
 	p.Graph.Finalize()
-
-	ctx = context.New()
-	exec, err := context.NewExec(backend, ctx, step.fn)
+	exec, err := context.NewExec(backend, context.New(), step.fn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer exec.Finalize()
+	t.Cleanup(exec.Finalize)
 	args := make([]any, len(step.inputs))
 	for i, in := range step.inputs {
 		args[i] = in
 	}
-	if _, err := exec.Exec(args...); err != nil { // compile, initialize the variables
+	if _, err := exec.Exec(args...); err != nil {
 		t.Fatal(err)
 	}
-	// Buffers the backend freed moments ago still count on the heap until a collection catches up;
-	// that only ever adds, so the least of several runs is the most faithful.
-	measured = math.MaxInt64
-	for range 5 {
-		h, err := ograph.MeasureHeapPeak(func() error { _, err := exec.Exec(args...); return err })
-		if err != nil {
-			t.Fatal(err)
-		}
-		measured = min(measured, h.AboveBaseline())
-	}
-	return m.PeakTempBytes, measured
+	return m, exec, args
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
 
@@ -45,8 +46,8 @@ func TestMixedPrecisionMLPGradients(t *testing.T) {
 	stock := mlpGradients(t, f32, bf16, true)
 	t.Logf("loss: float64 %.6f, bfloat16 %.6f", want[0][0], got[0][0])
 	for i, name := range tutorialmlp.ParamNames {
-		err := relL2(got[i+1], want[i+1])
-		stockErr := relL2(stock[i+1], want[i+1])
+		err := testkit.RelL2(got[i+1], want[i+1])
+		stockErr := testkit.RelL2(stock[i+1], want[i+1])
 		t.Logf("%-14s relative L2 error: onegpu %.4f, GoMLX's rules %.4f", name, err, stockErr)
 		if err > 0.02 {
 			t.Errorf("%s: gradient relative L2 error %.4f > 2%%", name, err)
@@ -65,7 +66,7 @@ func TestAllBFloat16MLPGradients(t *testing.T) {
 	got := mlpGradients(t, bf16, bf16, false)
 	stock := mlpGradients(t, bf16, bf16, true)
 	for i, name := range tutorialmlp.ParamNames {
-		err, stockErr := relL2(got[i+1], want[i+1]), relL2(stock[i+1], want[i+1])
+		err, stockErr := testkit.RelL2(got[i+1], want[i+1]), testkit.RelL2(stock[i+1], want[i+1])
 		t.Logf("%-14s relative L2 error: onegpu %.4f, GoMLX's rules %.4f", name, err, stockErr)
 		if err > 0.05 || stockErr < 0.3 {
 			t.Errorf("%s: relative L2 error onegpu %.4f (want <= 5%%), GoMLX %.4f (expected > 30%%)", name, err, stockErr)

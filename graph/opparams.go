@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
 // GoMLX v0.26.0 keeps an op's static parameters (DotGeneral's axes, Slice's bounds, BroadcastInDim's

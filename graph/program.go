@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
 // Program is a built graph described the way it will execute: what it returns, which parameter

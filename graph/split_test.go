@@ -1,17 +1,15 @@
 package graph_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // TestSplitAxis: SplitAxis gives the parts SliceAxis gives, and x's gradient (one concatenate of
@@ -41,8 +39,8 @@ func TestSplitAxis(t *testing.T) {
 						return append(parts, graph.Gradient(loss, x)[0])
 					}
 				}
-				got := backendtest.Run(t, backend, step(func(x *graph.Node) []*graph.Node { return ograph.SplitAxis(x, -1, 3) }), x)
-				want := backendtest.Run(t, backend, step(func(x *graph.Node) []*graph.Node {
+				got := testkit.Run(t, backend, step(func(x *graph.Node) []*graph.Node { return ograph.SplitAxis(x, -1, 3) }), x)
+				want := testkit.Run(t, backend, step(func(x *graph.Node) []*graph.Node {
 					return []*graph.Node{graph.SliceAxis(x, -1, graph.AxisRange(0, 4)),
 						graph.SliceAxis(x, -1, graph.AxisRange(4, 8)), graph.SliceAxis(x, -1, graph.AxisRange(8, 12))}
 				}), x)
@@ -51,7 +49,7 @@ func TestSplitAxis(t *testing.T) {
 						t.Errorf("%s, %s, parts used %v: output %d (3 = the gradient) differs from SliceAxis's", name, dtype, used, i)
 					}
 				}
-				if !used[1] && maxAbs(got[3]) == 0 {
+				if !used[1] && testkit.MaxAbs(got[3]) == 0 {
 					t.Errorf("%s, %s: the gradient is all zeros", name, dtype)
 				}
 			}
@@ -62,17 +60,8 @@ func TestSplitAxis(t *testing.T) {
 func TestSplitAxisErrors(t *testing.T) {
 	x := randomTensor(rand.New(rand.NewPCG(1, 2)), 2, 12)
 	for _, tc := range []struct{ axis, n int }{{1, 5}, {2, 3}, {-3, 2}, {0, 0}} {
-		var err error
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("%v", r)
-				}
-			}()
+		testkit.MustPanic(t, "cannot split axis", func() {
 			run(t, func(xs []*graph.Node) []*graph.Node { return ograph.SplitAxis(xs[0], tc.axis, tc.n) }, x)
-		}()
-		if err == nil || !strings.Contains(err.Error(), "cannot split axis") {
-			t.Errorf("SplitAxis(axis %d, %d parts) of [2, 12]: %v, want a panic naming the split", tc.axis, tc.n, err)
-		}
+		})
 	}
 }

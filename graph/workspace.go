@@ -6,7 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
 // The embedded backend's matmul (simplego v0.26.0, dotgeneral*.go) allocates scratch buffers that
@@ -18,22 +18,43 @@ var (
 	matmulLargeThreshold = gomlxcompat.MatmulLargeFactor * matmulBlockDim * matmulBlockDim // lhs free size × rhs free size above which blocking is used
 )
 
+// scratchBuffer is one scratch buffer of a matmul on the embedded backend.
+type scratchBuffer struct {
+	dtype    dtypes.DType
+	elements int
+	// kept marks a buffer simplego never returns to its pool (the small path's transposed
+	// operand copies): the garbage collector frees it.
+	kept bool
+}
+
+func (b scratchBuffer) bytes() int64 { return int64(b.elements) * int64(b.dtype.Size()) }
+
 // matmulScratchBytes returns the bytes of scratch space the embedded backend allocates while
+// running a Dot or DotGeneral node (see matmulScratch).
+func matmulScratchBytes(n *graph.Node) int64 {
+	var sum int64
+	for _, b := range matmulScratch(n) {
+		sum += b.bytes()
+	}
+	return sum
+}
+
+// matmulScratch returns the scratch buffers the embedded backend allocates, in this order, while
 // running a Dot or DotGeneral node: blocked copies of both operands and of the output for large
 // products; for small ones, transposed copies of operands whose axes are not already
 // [batch, free, contracting], and a float32 accumulator for 16-bit products.
-func matmulScratchBytes(n *graph.Node) int64 {
+func matmulScratch(n *graph.Node) []scratchBuffer {
 	var axes dotGeneralAxes
 	switch n.Type() {
 	case graph.NodeTypeDotGeneral:
 		var err error
 		if axes, err = readDotGeneralAxes(n); err != nil {
-			return 0
+			return nil
 		}
 	case graph.NodeTypeDot: // simplego builds Dot as a DotGeneral contracting lhs's last axis with rhs's first
 		axes = dotGeneralAxes{lhsContract: []int{n.Inputs()[0].Rank() - 1}, rhsContract: []int{0}}
 	default:
-		return 0
+		return nil
 	}
 	lhs, rhs := n.Inputs()[0].Shape(), n.Inputs()[1].Shape()
 	batch, lhsFree, contract := matmulSizes(lhs.Dimensions, axes.lhsContract, axes.lhsBatch)
@@ -44,18 +65,21 @@ func matmulScratchBytes(n *graph.Node) int64 {
 		accumulator = dtypes.Float32
 	}
 	if lhsFree*rhsFree > matmulLargeThreshold {
-		return blockedBytes(dtype, batch, lhsFree, contract) + blockedBytes(dtype, batch, rhsFree, contract) +
-			blockedBytes(accumulator, batch, lhsFree, rhsFree)
+		return []scratchBuffer{
+			{dtype: dtype, elements: blockedElements(batch, lhsFree, contract)},
+			{dtype: dtype, elements: blockedElements(batch, rhsFree, contract)},
+			{dtype: accumulator, elements: blockedElements(batch, lhsFree, rhsFree)},
+		}
 	}
-	var scratch int64
+	var scratch []scratchBuffer
 	if !inMatmulOrder(lhs.Rank(), axes.lhsContract, axes.lhsBatch) {
-		scratch += int64(lhs.Memory())
+		scratch = append(scratch, scratchBuffer{dtype: dtype, elements: lhs.Size(), kept: true})
 	}
 	if !inMatmulOrder(rhs.Rank(), axes.rhsContract, axes.rhsBatch) {
-		scratch += int64(rhs.Memory())
+		scratch = append(scratch, scratchBuffer{dtype: dtype, elements: rhs.Size(), kept: true})
 	}
 	if Is16Bit(dtype) {
-		scratch += int64(batch*lhsFree*rhsFree) * int64(dtypes.Float32.Size())
+		scratch = append(scratch, scratchBuffer{dtype: dtypes.Float32, elements: batch * lhsFree * rhsFree})
 	}
 	return scratch
 }
@@ -76,10 +100,10 @@ func matmulSizes(dims, contract, batch []int) (batchSize, freeSize, contractSize
 	return
 }
 
-// blockedBytes is the size of simplego's blocked layout [batch, ⌈rows/32⌉, ⌈cols/32⌉, 32, 32].
-func blockedBytes(dtype dtypes.DType, batch, rows, cols int) int64 {
+// blockedElements is the size of simplego's blocked layout [batch, ⌈rows/32⌉, ⌈cols/32⌉, 32, 32].
+func blockedElements(batch, rows, cols int) int {
 	blocks := ((rows + matmulBlockDim - 1) / matmulBlockDim) * ((cols + matmulBlockDim - 1) / matmulBlockDim)
-	return int64(batch*blocks*matmulBlockDim*matmulBlockDim) * int64(dtype.Size())
+	return batch * blocks * matmulBlockDim * matmulBlockDim
 }
 
 // inMatmulOrder reports whether an operand's axes already come as batch axes (in order), then free

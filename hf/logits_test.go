@@ -15,7 +15,7 @@ import (
 
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/hf/safetensors"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
@@ -92,7 +92,7 @@ func TestLogitsMatchTransformers(t *testing.T) {
 	const tolerance = 1e-4
 	for _, fixture := range []string{untiedDir, tiedDir} {
 		ref := readReference(t, fixture)
-		for _, backend := range backendtest.All() {
+		for _, backend := range testkit.All() {
 			t.Run(fmt.Sprintf("%s/%s", filepath.Base(fixture), backend.Name()), func(t *testing.T) {
 				ctx := context.New()
 				c, err := hf.Load(ctx, fixture, dtypes.Float32)

@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -53,7 +53,7 @@ func TestAttentionGradientsMatchFloat64(t *testing.T) {
 	x, r := randomTensor(rng, attnBatch, attnSeq, attnWidth), randomTensor(rng, attnBatch, attnSeq, attnWidth)
 	ctx := context.New()
 	run := func(compute dtypes.DType) [][]float64 {
-		exec, err := context.NewExec(backendtest.Embedded(), ctx, func(ctx *context.Context, x, r *graph.Node) []*graph.Node {
+		exec, err := context.NewExec(testkit.Embedded(), ctx, func(ctx *context.Context, x, r *graph.Node) []*graph.Node {
 			return attentionLoss(ctx, compute, x, r)
 		})
 		if err != nil {
@@ -66,7 +66,7 @@ func TestAttentionGradientsMatchFloat64(t *testing.T) {
 		}
 		values := make([][]float64, len(outs))
 		for i, out := range outs {
-			values[i] = backendtest.Floats(out)
+			values[i] = testkit.Floats(out)
 		}
 		return values
 	}
@@ -97,7 +97,7 @@ func TestAttentionGradientsMatchFloat64(t *testing.T) {
 func TestAttentionBackwardKeepsOnlySoftmaxOutput(t *testing.T) {
 	ctx := context.New()
 	in := []shapes.Shape{shapes.Make(dtypes.Float64, attnBatch, attnSeq, attnWidth), shapes.Make(dtypes.Float64, attnBatch, attnSeq, attnWidth)}
-	p, err := ograph.ContextProgram(backendtest.Embedded(), ctx, "attention", in, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+	p, err := ograph.ContextProgram(testkit.Embedded(), ctx, "attention", in, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
 		return attentionLoss(ctx, dtypes.Float32, xs[0], xs[1])
 	})
 	if err != nil {

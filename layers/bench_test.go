@@ -14,7 +14,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 var (
@@ -37,7 +37,7 @@ var llamaLayer = oneLayer{hidden: 2048, heads: 32, kvHeads: 8, vocab: 1024, comp
 // XLA's compile time, wall and the process's CPU time (steadier on a shared machine); xla-MiB,
 // XLA's temporary bytes; est-MiB, onegpu's estimate (graph.Analyze) of the peak above the inputs.
 func BenchmarkChunkedCompile(b *testing.B) {
-	xla := backendtest.RequireXLA(b)
+	xla := testkit.RequireXLA(b)
 	variants := []oneLayer{llamaLayer}
 	for _, block := range intList(b, *benchBlocks) {
 		m := llamaLayer
@@ -85,7 +85,7 @@ var stepLayer = oneLayer{hidden: 512, heads: 8, kvHeads: 2, vocab: 8192, compute
 //
 // Metrics: plain-ms/step and chunked-ms/step (means), chunked/plain (median of the rounds' ratios).
 func BenchmarkChunkedStep(b *testing.B) {
-	xla := backendtest.RequireXLA(b)
+	xla := testkit.RequireXLA(b)
 	const seq = 2048
 	chunked := stepLayer
 	chunked.attentionBlock, chunked.lossChunk = 512, 1024

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -34,7 +34,7 @@ func plainDense(ctx *context.Context, x *graph.Node, features int) *graph.Node {
 // -0.0 from its first value) and give the same bits as the plain formula, whatever that first
 // value is (+0, -0, infinities, NaN), in float32 and bfloat16, on every backend.
 func TestTiedBiasChangesNoValue(t *testing.T) {
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		for _, policy := range []mixed.Policy{mixed.Float32, bf16Compute} {
 			for _, first := range []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3} {
 				values := make([]float32, 4*8)
@@ -62,7 +62,7 @@ func TestTiedBiasChangesNoValue(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tied, plain := backendtest.Floats(outs[0]), backendtest.Floats(outs[1])
+				tied, plain := testkit.Floats(outs[0]), testkit.Floats(outs[1])
 				for i := range tied {
 					if math.Float64bits(tied[i]) != math.Float64bits(plain[i]) && !(math.IsNaN(tied[i]) && math.IsNaN(plain[i])) {
 						t.Errorf("%s, %s, first value %g: output %d is %g, the plain formula gives %g", backend.Name(), policy, first, i, tied[i], plain[i])

@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -94,9 +94,9 @@ const attentionCasesOnXLA = 3
 // within 1e-6 relative (loss) and 1e-5 relative L2 (gradients) of plain float64 attention written
 // in the test and of layers.PlainAttention in float32.
 func TestChunkedAttentionMatchesPlain(t *testing.T) {
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		for i, c := range attentionCases {
-			if backend != backendtest.Embedded() && i >= attentionCasesOnXLA {
+			if backend != testkit.Embedded() && i >= attentionCasesOnXLA {
 				break
 			}
 			t.Run(backend.Name()+"/"+c.String(), func(t *testing.T) {
@@ -105,12 +105,12 @@ func TestChunkedAttentionMatchesPlain(t *testing.T) {
 				chunked := func(q, k, v *graph.Node) *graph.Node {
 					return layers.ChunkedAttentionBlocks(q, k, v, q.DType(), c.queryBlock, c.keyBlock)
 				}
-				want := backendtest.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float64), inputs...)
-				compareAttention(t, "float64 chunked vs float64 plain", backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float64), inputs...), want, 1e-12, 1e-12)
-				got32 := backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
+				want := testkit.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float64), inputs...)
+				compareAttention(t, "float64 chunked vs float64 plain", testkit.Run(t, backend, attentionGradients(chunked, dtypes.Float64), inputs...), want, 1e-12, 1e-12)
+				got32 := testkit.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
 				compareAttention(t, "float32 chunked vs float64 plain", got32, want, 1e-6, 1e-5)
 				plain := func(q, k, v *graph.Node) *graph.Node { return layers.PlainAttention(q, k, v, q.DType()) }
-				plain32 := backendtest.Run(t, backend, attentionGradients(plain, dtypes.Float32), inputs...)
+				plain32 := testkit.Run(t, backend, attentionGradients(plain, dtypes.Float32), inputs...)
 				compareAttention(t, "float32 chunked vs float32 layers.PlainAttention", got32, plain32, 1e-6, 1e-5)
 			})
 		}
@@ -123,7 +123,7 @@ func compareAttention(t *testing.T, what string, got, want [][]float64, lossTol,
 		t.Errorf("%s: loss %.10g vs %.10g (relative %.2g), want <= %g", what, got[0][0], want[0][0], rel, lossTol)
 	}
 	for i, name := range []string{"q", "k", "v"} {
-		if rel := backendtest.RelativeL2(got[i+1], want[i+1]); rel > gradTol {
+		if rel := testkit.RelL2(got[i+1], want[i+1]); rel > gradTol {
 			t.Errorf("%s: gradient of %s differs by %.2g relative L2, want <= %g", what, name, rel, gradTol)
 		}
 	}
@@ -132,16 +132,16 @@ func compareAttention(t *testing.T, what string, got, want [][]float64, lossTol,
 // TestChunkedAttentionBFloat16: under bfloat16 compute with a float32 softmax the chunked
 // attention stays as close to float64 as plain attention does (its statistics are float32).
 func TestChunkedAttentionBFloat16(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	c := attentionCases[0]
 	rng := rand.New(rand.NewPCG(3, 4))
 	inputs := c.inputs(rng)
-	want := backendtest.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float64), inputs...)
-	got := backendtest.Run(t, backend, attentionGradients(func(q, k, v *graph.Node) *graph.Node {
+	want := testkit.Run(t, backend, attentionGradients(referenceAttention, dtypes.Float64), inputs...)
+	got := testkit.Run(t, backend, attentionGradients(func(q, k, v *graph.Node) *graph.Node {
 		return layers.ChunkedAttention(q, k, v, dtypes.Float32, c.queryBlock)
 	}, dtypes.BFloat16), inputs...)
 	for i, name := range []string{"loss", "q", "k", "v"} {
-		if rel := backendtest.RelativeL2(got[i], want[i]); rel > 2e-2 {
+		if rel := testkit.RelL2(got[i], want[i]); rel > 2e-2 {
 			t.Errorf("bfloat16 %s differs from float64 by %.2g relative L2, want <= 2e-2", name, rel)
 		}
 	}
@@ -149,7 +149,7 @@ func TestChunkedAttentionBFloat16(t *testing.T) {
 
 // TestChunkedAttentionRejectsBadInput: misuse panics with a message naming the problem.
 func TestChunkedAttentionRejectsBadInput(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	cases := map[string]struct {
 		q, kv []int
 		block int
@@ -200,11 +200,11 @@ func TestChunkedAttentionUnderRemat(t *testing.T) {
 			return []*graph.Node{chunked(in[0], in[1], in[2])}
 		}, q, k, v)[0]
 	}
-	backend := backendtest.Embedded()
-	want := backendtest.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
-	got := backendtest.Run(t, backend, attentionGradients(rematerialized, dtypes.Float32), inputs...)
+	backend := testkit.Embedded()
+	want := testkit.Run(t, backend, attentionGradients(chunked, dtypes.Float32), inputs...)
+	got := testkit.Run(t, backend, attentionGradients(rematerialized, dtypes.Float32), inputs...)
 	for i, name := range []string{"loss", "q", "k", "v"} {
-		if rel := backendtest.RelativeL2(got[i], want[i]); rel != 0 {
+		if rel := testkit.RelL2(got[i], want[i]); rel != 0 {
 			t.Errorf("%s under remat differs by %.2g relative L2, want 0", name, rel)
 		}
 	}

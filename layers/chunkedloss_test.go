@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -95,9 +95,9 @@ func lossGradients(c lossCase, chunked bool, dtype dtypes.DType) func(xs []*grap
 // rounding, in float32 within 1e-6 (loss) and 1e-5 relative L2 (gradients) of plain float64 and
 // plain float32, with masks and weights, for token counts that are not multiples of the chunk.
 func TestChunkedCrossEntropyMatchesPlain(t *testing.T) {
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		for i, c := range lossCases {
-			if backend != backendtest.Embedded() && i >= 2 {
+			if backend != testkit.Embedded() && i >= 2 {
 				break
 			}
 			t.Run(backend.Name()+"/"+c.String(), func(t *testing.T) {
@@ -119,12 +119,12 @@ func TestChunkedCrossEntropyMatchesPlain(t *testing.T) {
 					tensors.FromFlatDataAndDimensions(tokens, lossBatch, lossSeq),
 					randomTensor(rng, lossBatch, lossSeq),
 				}
-				want := backendtest.Run(t, backend, lossGradients(c, false, dtypes.Float64), inputs...)
-				got64 := backendtest.Run(t, backend, lossGradients(c, true, dtypes.Float64), inputs...)
+				want := testkit.Run(t, backend, lossGradients(c, false, dtypes.Float64), inputs...)
+				got64 := testkit.Run(t, backend, lossGradients(c, true, dtypes.Float64), inputs...)
 				compareLoss(t, "float64 chunked vs float64 plain", got64, want, 1e-12, 1e-12)
-				got32 := backendtest.Run(t, backend, lossGradients(c, true, dtypes.Float32), inputs...)
+				got32 := testkit.Run(t, backend, lossGradients(c, true, dtypes.Float32), inputs...)
 				compareLoss(t, "float32 chunked vs float64 plain", got32, want, 1e-6, 1e-5)
-				plain32 := backendtest.Run(t, backend, lossGradients(c, false, dtypes.Float32), inputs...)
+				plain32 := testkit.Run(t, backend, lossGradients(c, false, dtypes.Float32), inputs...)
 				compareLoss(t, "float32 chunked vs float32 plain", got32, plain32, 1e-6, 1e-5)
 			})
 		}
@@ -134,12 +134,12 @@ func TestChunkedCrossEntropyMatchesPlain(t *testing.T) {
 func compareLoss(t *testing.T, what string, got, want [][]float64, lossTol, gradTol float64) {
 	t.Helper()
 	for i, name := range []string{"sum", "count"} {
-		if rel := backendtest.RelativeL2(got[i], want[i]); rel > lossTol {
+		if rel := testkit.RelL2(got[i], want[i]); rel > lossTol {
 			t.Errorf("%s: %s %.10g vs %.10g (relative %.2g), want <= %g", what, name, got[i][0], want[i][0], rel, lossTol)
 		}
 	}
 	for i, name := range []string{"x", "weight", "bias"}[:len(want)-2] {
-		if rel := backendtest.RelativeL2(got[i+2], want[i+2]); rel > gradTol {
+		if rel := testkit.RelL2(got[i+2], want[i+2]); rel > gradTol {
 			t.Errorf("%s: gradient of %s differs by %.2g relative L2, want <= %g", what, name, rel, gradTol)
 		}
 	}
@@ -152,19 +152,19 @@ func TestChunkedCrossEntropyIgnoresMaskedTokens(t *testing.T) {
 	w := tensors.FromFlatDataAndDimensions([]float32{1, 0, -1, 0.5, 2, 1}, 2, 3)
 	labels := tensors.FromFlatDataAndDimensions([]int32{0, 2, 1}, 3)
 	mask := tensors.FromFlatDataAndDimensions([]bool{true, false, true}, 3)
-	got := backendtest.Run(t, backendtest.Embedded(), func(xs []*graph.Node) []*graph.Node {
+	got := testkit.Run(t, testkit.Embedded(), func(xs []*graph.Node) []*graph.Node {
 		sum, count := layers.ChunkedCrossEntropySum(xs[0], layers.Projection{Weight: xs[1]}, xs[2], xs[3], 2)
 		grads := graph.Gradient(sum, xs[0], xs[1])
 		return []*graph.Node{sum, count, grads[0], grads[1]}
 	}, x, w, labels, mask)
-	want := backendtest.Run(t, backendtest.Embedded(), func(xs []*graph.Node) []*graph.Node {
+	want := testkit.Run(t, testkit.Embedded(), func(xs []*graph.Node) []*graph.Node {
 		// the same without the masked token
 		keep := graph.Concatenate([]*graph.Node{graph.SliceAxis(xs[0], 0, graph.AxisElem(0)), graph.SliceAxis(xs[0], 0, graph.AxisElem(2))}, 0)
 		labels := graph.Concatenate([]*graph.Node{graph.SliceAxis(xs[2], 0, graph.AxisElem(0)), graph.SliceAxis(xs[2], 0, graph.AxisElem(2))}, 0)
 		sum, count := mixed.SoftmaxCrossEntropySum(graph.DotGeneral(keep, []int{1}, nil, xs[1], []int{0}, nil), labels, nil)
 		return []*graph.Node{sum, count, graph.Gradient(sum, xs[1])[0]}
 	}, x, w, labels, mask)
-	if backendtest.RelativeL2(got[0], want[0]) > 1e-6 || got[1][0] != 2 || backendtest.RelativeL2(got[3], want[2]) > 1e-6 {
+	if testkit.RelL2(got[0], want[0]) > 1e-6 || got[1][0] != 2 || testkit.RelL2(got[3], want[2]) > 1e-6 {
 		t.Errorf("masked token counted: sum %v count %v dW %v, want sum %v count 2 dW %v", got[0], got[1], got[3], want[0], want[2])
 	}
 	for i, v := range got[2][2:4] {
@@ -188,7 +188,7 @@ func TestChunkedCrossEntropyRejectsBadInput(t *testing.T) {
 	for want, c := range cases {
 		t.Run(want, func(t *testing.T) {
 			err := catch(func() {
-				g := graph.NewGraph(backendtest.Embedded(), "bad")
+				g := graph.NewGraph(testkit.Embedded(), "bad")
 				defer g.Finalize()
 				x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 2, 7, 6))
 				w := graph.Parameter(g, "w", shapes.Make(dtypes.Float32, c.weight...))

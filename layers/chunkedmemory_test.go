@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -152,11 +152,11 @@ func TestChunkedMemoryLinearInSequence(t *testing.T) {
 	seqs := []int{512, 1024, 2048}
 	chunked, plain := memoryStandIn, memoryStandIn
 	chunked.attentionBlock, chunked.lossChunk = 256, 256 // 36 block pairs at seq 2048
-	xla := backendtest.XLA()
+	xla := testkit.XLA()
 	for _, m := range []oneLayer{plain, chunked} {
 		var estimates, compiled []int64
 		for _, seq := range seqs {
-			backend := backendtest.Embedded()
+			backend := testkit.Embedded()
 			if xla != nil && m.attentionBlock > 0 {
 				backend = xla
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 )
 
@@ -71,7 +71,7 @@ func TestSetAttention(t *testing.T) {
 	ctx := context.New()
 	run := func(a layers.Attention) [][]float64 {
 		layers.SetAttention(ctx, a)
-		return backendtest.RunContext(t, backendtest.Embedded(), ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+		return testkit.RunContext(t, testkit.Embedded(), ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
 			return attentionLoss(ctx, dtypes.Float32, xs[0], xs[1])
 		}, x, r)
 	}
@@ -87,7 +87,7 @@ func TestSetAttention(t *testing.T) {
 		if i == 0 {
 			limit = 1e-6
 		}
-		if rel := backendtest.RelativeL2(got[i], want[i]); rel > limit {
+		if rel := testkit.RelL2(got[i], want[i]); rel > limit {
 			t.Errorf("output %d: chunked differs from plain by %.2g relative L2, want <= %g", i, rel, limit)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -24,11 +24,11 @@ func TestPlainAttentionMatchesFloat64(t *testing.T) {
 	const batch, seq, heads, headDim = 2, 9, 4, 8
 	for _, kvHeads := range []int{4, 2, 1} {
 		rng := rand.New(rand.NewPCG(6, uint64(kvHeads)))
-		check := backendtest.PlainCheck{
-			Inputs: []backendtest.Input{
-				backendtest.NormalInput(rng, batch, seq, heads, headDim),
-				backendtest.NormalInput(rng, batch, seq, kvHeads, headDim),
-				backendtest.NormalInput(rng, batch, seq, kvHeads, headDim),
+		check := testkit.PlainCheck{
+			Inputs: []testkit.Input{
+				testkit.NormalInput(rng, batch, seq, heads, headDim),
+				testkit.NormalInput(rng, batch, seq, kvHeads, headDim),
+				testkit.NormalInput(rng, batch, seq, kvHeads, headDim),
 			},
 			Build: func(_ *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 				q, k, v := graph.ConvertDType(in[0], compute), graph.ConvertDType(in[1], compute), graph.ConvertDType(in[2], compute)
@@ -38,7 +38,7 @@ func TestPlainAttentionMatchesFloat64(t *testing.T) {
 				return plainllama.Attention(in[0], in[1], in[2], batch, seq, heads, kvHeads, headDim)
 			},
 		}
-		for _, backend := range backendtest.All() {
+		for _, backend := range testkit.All() {
 			t.Run(fmt.Sprintf("kv heads %d/%s", kvHeads, backend.Name()), func(t *testing.T) { check.Run(t, backend) })
 		}
 	}
@@ -52,8 +52,8 @@ func TestGroupedQueryAttentionMatchesFloat64(t *testing.T) {
 	config := plainllama.Config{Hidden: hidden, Heads: 4, KVHeads: 2, HeadDim: 8, Theta: 10000,
 		Scaling: &plainllama.Scaling{Factor: 4, Low: 1, High: 4, Original: 64}}
 	rng := rand.New(rand.NewPCG(7, 8))
-	check := backendtest.PlainCheck{
-		Inputs:  []backendtest.Input{backendtest.NormalInput(rng, batch, seq, hidden)},
+	check := testkit.PlainCheck{
+		Inputs:  []testkit.Input{testkit.NormalInput(rng, batch, seq, hidden)},
 		Perturb: 0.2,
 		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 			mixed.SetPolicy(ctx, float64Params(compute))
@@ -65,7 +65,7 @@ func TestGroupedQueryAttentionMatchesFloat64(t *testing.T) {
 			return plainllama.SelfAttention(config, in[0], w("q_proj"), w("k_proj"), w("v_proj"), w("o_proj"), batch, seq)
 		},
 	}
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		t.Run(backend.Name(), func(t *testing.T) { check.Run(t, backend) })
 	}
 }
@@ -102,7 +102,7 @@ func keyCopies(t *testing.T, attention func(q, k, v *graph.Node, softmaxDType dt
 	qShape := shapes.Make(compute, batch, seq, heads, headDim)
 	kvShape := shapes.Make(compute, batch, seq, kvHeads, headDim)
 	var k, v *graph.Node
-	p, err := ograph.ContextProgram(backendtest.Embedded(), context.New(), "attention", []shapes.Shape{qShape, kvShape, kvShape},
+	p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "attention", []shapes.Shape{qShape, kvShape, kvShape},
 		func(_ *context.Context, in []*graph.Node) []*graph.Node {
 			k, v = in[1], in[2]
 			out := attention(in[0], k, v, dtypes.Float32)

@@ -11,7 +11,7 @@ import (
 	gomlxlayers "github.com/gomlx/gomlx/pkg/ml/layers"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -22,7 +22,7 @@ var bf16Compute = mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, 
 func build(t *testing.T, fn func(ctx *context.Context, x *graph.Node)) *context.Context {
 	t.Helper()
 	ctx := context.New()
-	g := graph.NewGraph(backendtest.Embedded(), "layers")
+	g := graph.NewGraph(testkit.Embedded(), "layers")
 	defer g.Finalize()
 	err := ograph.CatchPanic(func() { fn(ctx, graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 8, 16))) })
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -24,8 +24,8 @@ func float64Params(compute dtypes.DType) mixed.Policy {
 // central differences of it, and its float32 gradients (input and weight) the float64 ones.
 func TestRMSNormMatchesFloat64(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 3))
-	check := backendtest.PlainCheck{
-		Inputs:  []backendtest.Input{backendtest.NormalInput(rng, 3, 5, 16)},
+	check := testkit.PlainCheck{
+		Inputs:  []testkit.Input{testkit.NormalInput(rng, 3, 5, 16)},
 		Perturb: 0.3,
 		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 			mixed.SetPolicy(ctx, float64Params(compute))
@@ -35,7 +35,7 @@ func TestRMSNormMatchesFloat64(t *testing.T) {
 			return plainllama.RMSNorm(in[0], params["/norm/weight"], 1e-5)
 		},
 	}
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		t.Run(backend.Name(), func(t *testing.T) { check.Run(t, backend) })
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 )
 
@@ -33,8 +33,8 @@ func TestRotaryMatchesFloat64(t *testing.T) {
 	} {
 		rng := rand.New(rand.NewPCG(2, 3))
 		const batch, seq, heads, headDim = 2, 12, 3, 16
-		check := backendtest.PlainCheck{
-			Inputs: []backendtest.Input{backendtest.NormalInput(rng, batch, seq, heads, headDim)},
+		check := testkit.PlainCheck{
+			Inputs: []testkit.Input{testkit.NormalInput(rng, batch, seq, heads, headDim)},
 			Build: func(_ *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 				return tc.rotary.Apply(graph.ConvertDType(in[0], compute))
 			},
@@ -44,7 +44,7 @@ func TestRotaryMatchesFloat64(t *testing.T) {
 				return x
 			},
 		}
-		for _, backend := range backendtest.All() {
+		for _, backend := range testkit.All() {
 			t.Run(tc.name+"/"+backend.Name(), func(t *testing.T) { check.Run(t, backend) })
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -19,8 +19,8 @@ import (
 func TestSwiGLUMatchesFloat64(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 5))
 	const width, intermediate = 16, 40
-	check := backendtest.PlainCheck{
-		Inputs:  []backendtest.Input{backendtest.NormalInput(rng, 2, 7, width)},
+	check := testkit.PlainCheck{
+		Inputs:  []testkit.Input{testkit.NormalInput(rng, 2, 7, width)},
 		Perturb: 0.2,
 		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 			mixed.SetPolicy(ctx, float64Params(compute))
@@ -30,7 +30,7 @@ func TestSwiGLUMatchesFloat64(t *testing.T) {
 			return plainllama.SwiGLU(in[0], p["/mlp/gate_proj/weight"], p["/mlp/up_proj/weight"], p["/mlp/down_proj/weight"], width, intermediate)
 		},
 	}
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		t.Run(backend.Name(), func(t *testing.T) { check.Run(t, backend) })
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -32,7 +33,7 @@ import (
 //
 // Reported: act-MiB, the activations alive at the simulated peak (graph.Analyze, which counts the
 // data batch as an activation); peak-MiB, the simulated peak above the step's arguments; heap-MiB,
-// the measured Go heap peak above the pre-step baseline (graph.MeasureHeapPeak, GOGC=10); and
+// the measured Go heap peak above the pre-step baseline (heapmeter.MeasurePeak, GOGC=10); and
 // ns/op. BenchmarkMLPStepRatio reports the bfloat16/float32 ratios of activations and of the peak,
 // and of step time measured alternately in one run. GoMLX v0.26.0's embedded backend has no native
 // bfloat16 arithmetic, so bfloat16 is expected to save memory, not time, there.
@@ -116,7 +117,7 @@ func BenchmarkMLPStep(b *testing.B) {
 			b.Run(variant.name+"/"+spec, func(b *testing.B) {
 				s := newMLPStepBench(b, variant, spec)
 				defer s.close()
-				heap, err := ograph.MeasureHeapPeak(s.run)
+				heap, err := heapmeter.MeasurePeak(s.run)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -54,7 +55,7 @@ func TestBiasGradientBatch4096(t *testing.T) {
 			loss := mixed.Sum(graph.Mul(y, cot), policy.Output)
 			return graph.Gradient(loss, w, b)
 		}, xT, cotT, tensors.FromFlatDataAndDimensions(kernel, in, out), tensors.FromFlatDataAndDimensions(bias, out))
-		biasErr, kernelErr := relL2(got[1], wantBias), relL2(got[0], wantKernel)
+		biasErr, kernelErr := testkit.RelL2(got[1], wantBias), testkit.RelL2(got[0], wantKernel)
 		t.Logf("stock rules=%v: bias gradient relative error %.2g (e.g. %.1f vs %.1f), kernel %.2g",
 			stock, biasErr, got[1][0], wantBias[0], kernelErr)
 		switch {

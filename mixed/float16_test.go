@@ -2,7 +2,6 @@ package mixed_test
 
 import (
 	"math"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -60,11 +60,7 @@ func TestFloat16OnEmbeddedBackend(t *testing.T) {
 // TestFloat16OnXLA trains the tutorial MLP with float32 parameters, float16 compute and a dynamic
 // loss scale on XLA. It needs a PJRT plugin: set ONEGPU_PJRT_PLUGIN=/abs/path/plugin.so.
 func TestFloat16OnXLA(t *testing.T) {
-	plugin := os.Getenv(ograph.EnvPlugin)
-	if plugin == "" {
-		t.Skipf("no PJRT plugin: set %s=/abs/path/pjrt_plugin.so to run float16 compute on XLA", ograph.EnvPlugin)
-	}
-	backend, err := ograph.NewBackend("xla:" + plugin)
+	backend, err := ograph.NewBackend("xla:" + testkit.XLAPlugin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package mixed_test
 
 import (
 	"bytes"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -12,16 +11,16 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
-var embedded = backendtest.Embedded
+var embedded = testkit.Embedded
 
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
-var backendsUnderTest = backendtest.All
+var backendsUnderTest = testkit.All
 
 // run builds fn on the embedded backend, executes it on inputs and returns every output as float64.
 func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tensors.Tensor) [][]float64 {
@@ -30,10 +29,10 @@ func run(t testing.TB, fn func(xs []*graph.Node) []*graph.Node, inputs ...*tenso
 }
 
 // runOn builds fn on a backend, runs it on inputs and returns the outputs as float64.
-var runOn = backendtest.Run
+var runOn = testkit.Run
 
 // flatFloat64 returns a tensor's values as float64.
-var flatFloat64 = backendtest.Floats
+var flatFloat64 = testkit.Floats
 
 // bf16Tensor returns a bfloat16 tensor of values drawn by draw, and the same values as float64.
 func bf16Tensor(draw func() float64, dims ...int) (*tensors.Tensor, []float64) {
@@ -54,20 +53,6 @@ func bf16Tensor(draw func() float64, dims ...int) (*tensors.Tensor, []float64) {
 func normal(seed uint64, mean, std float64) func() float64 {
 	rng := rand.New(rand.NewPCG(seed, 3))
 	return func() float64 { return mean + std*rng.NormFloat64() }
-}
-
-// relL2 returns ||got - want|| / ||want||.
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := got[i] - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	if den == 0 {
-		return math.Sqrt(num)
-	}
-	return math.Sqrt(num / den)
 }
 
 // snapshot returns the raw bytes of every variable of ctx, by scope and name.

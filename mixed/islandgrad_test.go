@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -93,7 +94,7 @@ func TestIslandGradients(t *testing.T) {
 					if dtype == bf16 {
 						tolerance = 1e-2
 					}
-					if err := relL2(out[0], out[1]); !(err <= tolerance) {
+					if err := testkit.RelL2(out[0], out[1]); !(err <= tolerance) {
 						t.Errorf("gradient relative L2 error %.3g > %.3g", err, tolerance)
 					}
 				})

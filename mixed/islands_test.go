@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -167,7 +168,7 @@ func TestIslands(t *testing.T) {
 			out := run(t, func(in []*graph.Node) []*graph.Node {
 				return []*graph.Node{tc.island(in[0], in[1]), tc.naive(in[0], in[1])}
 			}, tc.input, labels)
-			got, naive := relL2(out[0], tc.want), relL2(out[1], tc.want)
+			got, naive := testkit.RelL2(out[0], tc.want), testkit.RelL2(out[1], tc.want)
 			t.Logf("relative L2 error: island %.2g, naive bfloat16 %.2g", got, naive)
 			if got > tc.tolerance {
 				t.Errorf("island error %.3g > %.3g", got, tc.tolerance)
@@ -302,7 +303,7 @@ func TestCrossEntropyMasked(t *testing.T) {
 			t.Errorf("%s = %g, want %g (relative error %.2g)", c.name, c.got, c.want, rel)
 		}
 	}
-	if e := relL2(out[5], wantGrad); !(e < 0.01) {
+	if e := testkit.RelL2(out[5], wantGrad); !(e < 0.01) {
 		t.Errorf("gradient of the weighted mean: relative L2 error %.3g > 1%%", e)
 	}
 
@@ -310,7 +311,7 @@ func TestCrossEntropyMasked(t *testing.T) {
 		mean := mixed.SoftmaxCrossEntropyMean(in[0], in[1], graph.ZerosLike(graph.ConvertDType(in[1], f32)), f32)
 		return []*graph.Node{mean, graph.ConvertDType(graph.Gradient(mean, in[0])[0], f32)}
 	}, logitsT, tensors.FromFlatDataAndDimensions(ys, batch))
-	if zero[0][0] != 0 || relL2(zero[1], make([]float64, batch*classes)) != 0 {
+	if zero[0][0] != 0 || testkit.RelL2(zero[1], make([]float64, batch*classes)) != 0 {
 		t.Errorf("all-zero weights: mean %g, gradient not all zero", zero[0][0])
 	}
 }

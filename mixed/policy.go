@@ -5,8 +5,9 @@ import (
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Policy says in which dtype a model keeps its parameters, computes, and returns its outputs.
@@ -138,7 +139,7 @@ func (p Policy) String() string {
 // out of its Capabilities().DTypes although XLA computes it (verified with the CPU PJRT plugin), so
 // float16 is accepted on any backend named "xla".
 func computes(backend backends.Backend, dtype dtypes.DType) bool {
-	return backend.Capabilities().DTypes[dtype] || (dtype == dtypes.Float16 && backend.Name() == xla.BackendName)
+	return backend.Capabilities().DTypes[dtype] || (dtype == dtypes.Float16 && backend.Name() == ograph.XLABackendName)
 }
 
 // Validate reports whether each of the policy's dtypes is one of float32, bfloat16, float16 and

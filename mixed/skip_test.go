@@ -12,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
@@ -161,13 +162,7 @@ func (notWithGradients) UpdateGraph(*context.Context, *graph.Graph, *graph.Node)
 func (notWithGradients) Clear(*context.Context) error                            { return nil }
 
 func TestWithLossScaleNeedsGradientsOptimizer(t *testing.T) {
-	defer func() {
-		r := recover()
-		if r == nil || !strings.Contains(r.(error).Error(), "UpdateGraphWithGradients") {
-			t.Errorf("WithLossScale(optimizer without UpdateGraphWithGradients): panic %v", r)
-		}
-	}()
-	withLossScale(notWithGradients{}, nil)
+	testkit.MustPanic(t, "UpdateGraphWithGradients", func() { withLossScale(notWithGradients{}, nil) })
 }
 
 // TestOptimizerClear: Clear removes Adam's variables, the loss scale's state and the skip counter.

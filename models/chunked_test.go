@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -49,9 +49,9 @@ func lossAndGradients(t *testing.T, backend backends.Backend, ctx *context.Conte
 	}
 	grads = map[string][]float64{}
 	for i, name := range names {
-		grads[name] = backendtest.Floats(outs[2+i])
+		grads[name] = testkit.Floats(outs[2+i])
 	}
-	return backendtest.Floats(outs[0])[0], backendtest.Floats(outs[1])[0], grads
+	return testkit.Floats(outs[0])[0], testkit.Floats(outs[1])[0], grads
 }
 
 // tokenBatch returns random tokens, labels and a mask (about a quarter of the labels left out)
@@ -80,7 +80,7 @@ func compareChunked(t *testing.T, backend backends.Backend, m lossModel, chunked
 	chunked(ctx)
 	remat.SetBlocks(ctx, remat.Config{}, "block")
 	gotSum, gotCount, got := lossAndGradients(t, backend, ctx, m, inputs...)
-	if rel := backendtest.RelativeL2([]float64{gotSum}, []float64{wantSum}); rel > 1e-6 || gotCount != wantCount {
+	if rel := testkit.RelL2([]float64{gotSum}, []float64{wantSum}); rel > 1e-6 || gotCount != wantCount {
 		t.Errorf("chunked loss %.9g over %g labels, plain %.9g over %g (relative %.2g), want <= 1e-6 and the same count",
 			gotSum, gotCount, wantSum, wantCount, rel)
 	}
@@ -88,7 +88,7 @@ func compareChunked(t *testing.T, backend backends.Backend, m lossModel, chunked
 		t.Fatalf("chunked run differentiates %d variables, plain %d", len(got), len(want))
 	}
 	for name, w := range want {
-		if rel := backendtest.RelativeL2(got[name], w); rel > 1e-5 {
+		if rel := testkit.RelL2(got[name], w); rel > 1e-5 {
 			t.Errorf("gradient of %s: chunked differs from plain by %.2g relative L2, want <= 1e-5", name, rel)
 		}
 	}
@@ -108,7 +108,7 @@ func TestLlamaChunkedMatchesPlain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		backends := backendtest.All()
+		backends := testkit.All()
 		if !tied {
 			backends = backends[:1] // the embedded backend only: XLA compiles each program for seconds
 		}
@@ -130,7 +130,7 @@ func TestGPTChunkedAttentionMatchesPlain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compareChunked(t, backendtest.Embedded(), m, func(ctx *context.Context) {
+	compareChunked(t, testkit.Embedded(), m, func(ctx *context.Context) {
 		layers.SetAttention(ctx, layers.Attention{Block: 16})
 	}, tokenBatch(4, config.Vocab, 2, 45))
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
@@ -76,7 +76,7 @@ func TestLlamaMatchesFlax(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, backend := range backendtest.All() {
+		for _, backend := range testkit.All() {
 			ctx := context.New()
 			for _, p := range result.Params {
 				values := readFloat32s(t, filepath.Join(dir, name, "params", p.Path+".bin"))
@@ -101,11 +101,11 @@ func TestLlamaMatchesFlax(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s on %s: %v", name, backend.Name(), err)
 			}
-			loss := backendtest.Floats(outs[0])[0]
+			loss := testkit.Floats(outs[0])[0]
 			worst, worstName := 0.0, ""
 			for i, n := range names {
 				want := float32sAsFloat64(readFloat32s(t, filepath.Join(dir, name, "grads", n[1:]+".bin")))
-				if d := backendtest.RelativeL2(backendtest.Floats(outs[i+1]), want); !(d <= worst) {
+				if d := testkit.RelL2(testkit.Floats(outs[i+1]), want); !(d <= worst) {
 					worst, worstName = d, n
 				}
 			}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/plainllama"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -48,7 +48,7 @@ func TestLlamaPresetParameterCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := layers.Summarize(backendtest.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+		s, err := layers.Summarize(testkit.Embedded(), func(ctx *context.Context, g *graph.Graph) {
 			m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, 4)))
 		})
 		if err != nil {
@@ -77,13 +77,13 @@ func plainConfig(c models.LlamaConfig) plainllama.Config {
 	return p
 }
 
-func randomTokens(seed uint64, vocab, batch, seq int) backendtest.Input {
+func randomTokens(seed uint64, vocab, batch, seq int) testkit.Input {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	tokens := make([]int32, batch*seq)
 	for i := range tokens {
 		tokens[i] = int32(rng.IntN(vocab))
 	}
-	return backendtest.Input{Ints: tokens, Dims: []int{batch, seq}}
+	return testkit.Input{Ints: tokens, Dims: []int{batch, seq}}
 }
 
 // TestLlamaMatchesPlainFloat64: the whole Llama's logits in float64 equal an independent plain
@@ -95,8 +95,8 @@ func TestLlamaMatchesPlainFloat64(t *testing.T) {
 		config := tinyLlama(tied)
 		const batch = 2
 		tokens := randomTokens(9, config.Vocab, batch, config.SeqLen)
-		check := backendtest.PlainCheck{
-			Inputs:  []backendtest.Input{tokens},
+		check := testkit.PlainCheck{
+			Inputs:  []testkit.Input{tokens},
 			Perturb: 0.3, // norms away from ones, projections well above their 0.02 init
 			Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 				m, err := models.NewLlama(config, mixed.Policy{Param: dtypes.Float64, Compute: compute, Output: dtypes.Float64})
@@ -114,7 +114,7 @@ func TestLlamaMatchesPlainFloat64(t *testing.T) {
 				return plainllama.Logits(plainConfig(config), params, ids, batch, config.SeqLen)
 			},
 		}
-		for _, backend := range backendtest.All() {
+		for _, backend := range testkit.All() {
 			t.Run(fmt.Sprintf("tied %v/%s", tied, backend.Name()), func(t *testing.T) { check.Run(t, backend) })
 		}
 	}
@@ -141,7 +141,7 @@ func llamaStep(m models.Llama, kinds []string) func(ctx *context.Context, in []*
 
 // runLlamaStep runs llamaStep on backend from the weights seed gives, and returns the loss and the
 // gradients (flattened, in variable order).
-func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, kinds []string, tokens, labels backendtest.Input) (float64, [][]float64) {
+func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, kinds []string, tokens, labels testkit.Input) (float64, [][]float64) {
 	t.Helper()
 	ctx := context.New()
 	if err := ctx.SetRNGStateFromSeed(3); err != nil {
@@ -158,9 +158,9 @@ func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, kinds 
 	}
 	grads := make([][]float64, len(outs)-1)
 	for i, o := range outs[1:] {
-		grads[i] = backendtest.Floats(o)
+		grads[i] = testkit.Floats(o)
 	}
-	return backendtest.Floats(outs[0])[0], grads
+	return testkit.Floats(outs[0])[0], grads
 }
 
 // TestLlamaBFloat16: under params=float32,compute=bfloat16,output=float32 the tiny preset's loss
@@ -170,14 +170,14 @@ func TestLlamaBFloat16(t *testing.T) {
 	config, _ := models.LlamaPreset("tiny")
 	tokens, labels := randomTokens(1, config.Vocab, 4, config.SeqLen), randomTokens(2, config.Vocab, 4, config.SeqLen)
 	bf16 := mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		m32, _ := models.NewLlama(config, mixed.Float32)
 		m16, _ := models.NewLlama(config, bf16)
 		loss32, grads32 := runLlamaStep(t, backend, m32, nil, tokens, labels)
 		loss16, grads16 := runLlamaStep(t, backend, m16, nil, tokens, labels)
 		worst := 0.0
 		for i := range grads32 {
-			worst = max(worst, backendtest.RelativeL2(grads16[i], grads32[i]))
+			worst = max(worst, testkit.RelL2(grads16[i], grads32[i]))
 		}
 		t.Logf("%s: loss float32 %.6f, bfloat16 %.6f; worst gradient relative L2 %.3g", backend.Name(), loss32, loss16, worst)
 		if math.Abs(loss16-loss32) > 1e-2*loss32 {
@@ -188,7 +188,7 @@ func TestLlamaBFloat16(t *testing.T) {
 		}
 	}
 	m, _ := models.NewLlama(config, bf16)
-	s, err := layers.Summarize(backendtest.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+	s, err := layers.Summarize(testkit.Embedded(), func(ctx *context.Context, g *graph.Graph) {
 		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
 	})
 	if err != nil {
@@ -230,13 +230,13 @@ func TestLlamaRematKinds(t *testing.T) {
 		if name == "" {
 			name = "none"
 		}
-		p, err := ograph.ContextProgram(backendtest.Embedded(), context.New(), "llama", inputs, llamaStep(m, k))
+		p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "llama", inputs, llamaStep(m, k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		activations[name] = ograph.Analyze(p).Breakdown[ograph.Activations]
 		p.Graph.Finalize()
-		loss, grads := runLlamaStep(t, backendtest.Embedded(), m, k, tokens, labels)
+		loss, grads := runLlamaStep(t, testkit.Embedded(), m, k, tokens, labels)
 		if k == nil {
 			loss0, grads0 = loss, grads
 			continue
@@ -245,7 +245,7 @@ func TestLlamaRematKinds(t *testing.T) {
 			t.Errorf("remat %s: loss %v, without remat %v", name, loss, loss0)
 		}
 		for i := range grads {
-			if d := backendtest.RelativeL2(grads[i], grads0[i]); d != 0 {
+			if d := testkit.RelL2(grads[i], grads0[i]); d != 0 {
 				t.Errorf("remat %s: gradient #%d differs from the one without remat by %.3g", name, i, d)
 			}
 		}
@@ -254,7 +254,7 @@ func TestLlamaRematKinds(t *testing.T) {
 		}
 	}
 	t.Logf("activations at the step's peak (embedded backend, sequential): %v", activations)
-	xla := backendtest.XLA()
+	xla := testkit.XLA()
 	if xla == nil {
 		return
 	}
@@ -312,7 +312,7 @@ func TestLlamaConfigErrors(t *testing.T) {
 // unrolled micro-batches nor merges their values (the ties of accum and of the layers hold).
 // Measured: 369 MB for one batch of 32, 102 MB for four of 8 (0.28x).
 func TestLlamaMicroBatchesOnXLA(t *testing.T) {
-	xla := backendtest.RequireXLA(t)
+	xla := testkit.RequireXLA(t)
 	if testing.Short() {
 		t.Skip("compiles two steps of a mid-sized Llama (about a minute)")
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // What adafactor_test.go checks Adafactor with: a float64 reference, the fixture's inputs, a
@@ -285,7 +285,7 @@ func values(t *testing.T, ctx *context.Context, scope, name string) ([]float64, 
 	if v == nil {
 		t.Fatalf("no variable %s/%s", scope, name)
 	}
-	return backendtest.Floats(v.MustValue()), v.Shape().DType
+	return testkit.Floats(v.MustValue()), v.Shape().DType
 }
 
 // within fails unless got and want agree element-wise within rel·|want| + abs.

@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
@@ -244,7 +244,7 @@ func TestAdafactorConfigErrors(t *testing.T) {
 // tenfold in 60 steps), and in a chain with a loss scale a step whose gradients are not finite
 // leaves the weights and Adafactor's state exactly as they were.
 func TestAdafactorTrains(t *testing.T) {
-	losses, ctx := trainRegression(t, backendtest.Embedded(), Adafactor().LearningRate(0.1).Done(), 60)
+	losses, ctx := trainRegression(t, testkit.Embedded(), Adafactor().LearningRate(0.1).Done(), 60)
 	t.Logf("loss %.5f -> %.5f", losses[0], losses[len(losses)-1])
 	if !(losses[len(losses)-1] < losses[0]/10) {
 		t.Fatalf("Adafactor did not train the regression: loss %.5f -> %.5f", losses[0], losses[len(losses)-1])
@@ -266,7 +266,7 @@ func TestAdafactorStateOfSmallGPT(t *testing.T) {
 	}
 	state := func(opt GradientsOptimizer, scope string) int {
 		ctx := context.New()
-		g := graph.NewGraph(backendtest.Embedded(), "state")
+		g := graph.NewGraph(testkit.Embedded(), "state")
 		defer g.Finalize()
 		_ = gpt.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, config.SeqLen)))
 		var grads []*graph.Node

@@ -15,12 +15,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 )
 
 // backendsUnderTest returns the embedded backend and, when a PJRT plugin is configured, XLA.
-var backendsUnderTest = backendtest.All
+var backendsUnderTest = testkit.All
 
 // wideRange returns n values whose magnitudes span 1e-9..1 (and some exact zeros), as moments do.
 func wideRange(n int, signed bool, seed uint64) []float32 {
@@ -49,7 +49,7 @@ func TestCodesFollowTheirDefinition(t *testing.T) {
 	for _, backend := range backendsUnderTest() {
 		for _, signed := range []bool{true, false} {
 			xs := wideRange(n, signed, 7)
-			outs := backendtest.Run(t, backend, func(in []*graph.Node) []*graph.Node {
+			outs := testkit.Run(t, backend, func(in []*graph.Node) []*graph.Node {
 				blocks := toBlocks(in[0], blockSize)
 				var codes, scales, decoded *graph.Node
 				if signed {
@@ -160,7 +160,7 @@ func trainRegression(t *testing.T, backend backends.Backend, opt optimizers.Inte
 		if err != nil {
 			t.Fatal(err)
 		}
-		losses = append(losses, backendtest.Floats(outs[0])[0])
+		losses = append(losses, testkit.Floats(outs[0])[0])
 	}
 	return losses, ctx
 }
@@ -218,7 +218,7 @@ func stateBytes(ctx *context.Context, scope string) int {
 // TestStateIsAQuarter: the stored moments of a 64x128 kernel and a 128 bias take 2 bytes per
 // quantized element plus a float32 scale per block, against Adam's 8 bytes per element.
 func TestStateIsAQuarter(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	_, adamCtx := trainRegression(t, backend, optimizers.Adam().Done(), 1)
 	_, eightCtx := trainRegression(t, backend, Adam8bit().Done(), 1)
 	adam := stateBytes(adamCtx, "/"+optimizers.AdamDefaultScope)
@@ -242,7 +242,7 @@ func TestSkipKeepsCodes(t *testing.T) {
 // wantVariables of them) exactly as it was, but the loss scale and the skip counter.
 func checkSkipKeepsState(t *testing.T, optimizer GradientsOptimizer, wantVariables int) {
 	t.Helper()
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	ctx := context.New()
 	opt, err := NewChain(LossScale(mixed.NewDynamicLossScale()), Apply(optimizer))
 	if err != nil {
@@ -261,7 +261,7 @@ func checkSkipKeepsState(t *testing.T, optimizer GradientsOptimizer, wantVariabl
 	}
 	before := map[string][]float64{}
 	for v := range ctx.IterVariables() {
-		before[v.ScopeAndName()] = backendtest.Floats(v.MustValue())
+		before[v.ScopeAndName()] = testkit.Floats(v.MustValue())
 	}
 	bad, _ := x.Clone()
 	bad.MutableFlatData(func(flat any) { flat.([]float32)[5] = float32(math.NaN()) })
@@ -273,7 +273,7 @@ func checkSkipKeepsState(t *testing.T, optimizer GradientsOptimizer, wantVariabl
 		if v.Scope() == mixed.DefaultLossScaleScope || v.Scope() == DefaultScope {
 			continue // the loss scale halves and the skip is counted: that is the point
 		}
-		after := backendtest.Floats(v.MustValue())
+		after := testkit.Floats(v.MustValue())
 		for i := range after {
 			if math.Float64bits(after[i]) != math.Float64bits(before[v.ScopeAndName()][i]) {
 				t.Fatalf("%s[%d] changed on a skipped step: %v -> %v", v.ScopeAndName(), i, before[v.ScopeAndName()][i], after[i])

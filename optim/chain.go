@@ -10,6 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Update is what a Transform sees of one step: the gradients flowing down the chain and what they
@@ -256,14 +258,7 @@ func (c *Chain) Clear(ctx *context.Context) error {
 var _ optimizers.Interface = (*Chain)(nil)
 
 // wideDType is the dtype gradients are processed in: float64 stays, everything else is float32.
-func wideDType(dtype dtypes.DType) dtypes.DType {
-	if dtype == dtypes.Float64 {
-		return dtypes.Float64
-	}
-	return dtypes.Float32
-}
+var wideDType = ograph.WideDType
 
 // panicf panics with an error, the way GoMLX's graph-building functions report misuse.
-func panicf(format string, args ...any) {
-	panic(fmt.Errorf(format, args...))
-}
+var panicf = ograph.Panicf

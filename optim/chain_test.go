@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 )
@@ -229,7 +229,7 @@ func checkAgainstReference(t *testing.T, order string, chain *optim.Chain) {
 	xs, ys := batches(strings.Contains(order, "L"))
 	want, applied := reference(order, xs, ys)
 	ctx := context.New()
-	exec, err := context.NewExec(backendtest.Embedded(), ctx, chain.StepFn(squaredError))
+	exec, err := context.NewExec(testkit.Embedded(), ctx, chain.StepFn(squaredError))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func checkAgainstReference(t *testing.T, order string, chain *optim.Chain) {
 			t.Fatal(err)
 		}
 	}
-	got := backendtest.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue())
+	got := testkit.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue())
 	for j := range want {
 		if !(math.Abs(got[j]-want[j]) <= 1e-5*max(1, math.Abs(want[j]))) { // NaN fails too
 			t.Errorf("w = %.7f, float64 reference %.7f", got, want)
@@ -319,7 +319,7 @@ func TestOwnTransform(t *testing.T) {
 	xs, ys := batches(true)
 	plain, _ := reference("LA", xs, ys) // one step per finite call, at half the gradient = half the learning rate
 	ctx := context.New()
-	exec, err := context.NewExec(backendtest.Embedded(), ctx, chain.StepFn(squaredError))
+	exec, err := context.NewExec(testkit.Embedded(), ctx, chain.StepFn(squaredError))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestOwnTransform(t *testing.T) {
 			}
 		}
 	}
-	got := backendtest.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue())
+	got := testkit.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue())
 	for j := range w {
 		if !(math.Abs(got[j]-w[j]) <= 1e-5) || got[j] == plain[j] {
 			t.Errorf("w = %.7f, want %.7f (and not the unhalved %.7f)", got, w, plain)

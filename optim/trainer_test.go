@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/losses"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 )
@@ -31,9 +31,9 @@ func TestTrainerMetricsAfterSkip(t *testing.T) {
 		w := ctx.VariableWithValue("w", []float32{0.5, -0.25, 1}).ValueGraph(in[0].Graph())
 		return []*graph.Node{graph.ReduceSum(graph.Mul(in[0], graph.InsertAxes(w, 0)), -1)}
 	}
-	trainer := gomlxtrain.NewTrainer(backendtest.Embedded(), ctx, model, losses.MeanSquaredError, chain, nil, nil)
+	trainer := gomlxtrain.NewTrainer(testkit.Embedded(), ctx, model, losses.MeanSquaredError, chain, nil, nil)
 	xs, ys := batches(true)
-	weights := func() []float64 { return backendtest.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue()) }
+	weights := func() []float64 { return testkit.Floats(ctx.GetVariableByScopeAndName("/", "w").MustValue()) }
 	var before []float64
 	for call := range 4 {
 		if call == 2 {
@@ -49,7 +49,7 @@ func TestTrainerMetricsAfterSkip(t *testing.T) {
 			t.Errorf("the NaN batch changed the weights: %v -> %v", before, weights())
 		}
 		for i, m := range trainer.TrainMetrics()[1:] { // [0] is the batch's own loss: NaN on the NaN batch
-			if v := backendtest.Floats(metrics[i+1])[0]; math.IsNaN(v) || math.IsInf(v, 0) {
+			if v := testkit.Floats(metrics[i+1])[0]; math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Errorf("call %d: metric %q = %g, want finite", call, m.Name(), v)
 			}
 		}
@@ -68,7 +68,7 @@ func TestFiniteFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.New()
-	exec, err := context.NewExec(backendtest.Embedded(), ctx, func(ctx *context.Context, x, y *graph.Node) *graph.Node {
+	exec, err := context.NewExec(testkit.Embedded(), ctx, func(ctx *context.Context, x, y *graph.Node) *graph.Node {
 		r := chain.Step(ctx, []*graph.Node{x, y}, squaredError)
 		return optim.Finite(ctx, r.Loss.Graph())
 	})
@@ -96,7 +96,7 @@ func TestMultiStepsCountersAndClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.New()
-	exec, err := context.NewExec(backendtest.Embedded(), ctx, chain.StepFn(squaredError))
+	exec, err := context.NewExec(testkit.Embedded(), ctx, chain.StepFn(squaredError))
 	if err != nil {
 		t.Fatal(err)
 	}

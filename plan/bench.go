@@ -10,6 +10,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -105,7 +106,7 @@ func timeSteps(backend backends.Backend, config train.Config, opts BenchOptions,
 	row.TokensPerSecond = count / row.StepSeconds
 	if opts.MeasureHeap {
 		for range 2 { // the least of two: freed buffers awaiting a collection only add
-			h, err := ograph.MeasureHeapPeak(func() error { _, err := trainer.Step(batches.Batch(0)); return err })
+			h, err := heapmeter.MeasurePeak(func() error { _, err := trainer.Step(batches.Batch(0)); return err })
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,7 @@ package plan_test
 import (
 	"testing"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
@@ -13,7 +13,7 @@ import (
 // optimizer offloaded at least as large a model in less memory. (The 24 GiB headline, 2x the
 // parameters, is measured by `onegpu plan --budget 24GiB --largest`: minutes of estimates.)
 func TestLargestThatFits(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	base, err := plan.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestLargestThatFits(t *testing.T) {
 // least, the search answers with 8-bit Adam; just under that rung's least, with the optimizer
 // offloaded; and each answer fits.
 func TestSearchStateClimbsTheLadder(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	base, err := plan.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
@@ -76,7 +76,7 @@ func TestSearchRefuses(t *testing.T) {
 		{mlp, plan.A5000, "plan the gpt"},
 		{gpt, plan.Throughput{Float32: 0, BFloat16: 1}, "must be positive"},
 	} {
-		if _, err := plan.Search(backendtest.Embedded(), tc.base, 1<<30, tc.rate, false); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := plan.Search(testkit.Embedded(), tc.base, 1<<30, tc.rate, false); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Search: %v, want %q", err, tc.want)
 		}
 	}
@@ -88,7 +88,7 @@ func TestSearchRefuses(t *testing.T) {
 // estimate); and a budget nothing meets on one device is answered with the fewest devices that
 // meet it.
 func TestSearchDevices(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	base, err := plan.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func mustApply(t *testing.T, v plan.Variant, base train.Config) train.Config {
 func TestSearchOver(t *testing.T) {
 	gpt, _ := plan.Defaults("gpt", "tiny")
 	variants := []plan.Variant{{Compute: "float32", Remat: "mlp,attn", MicroBatches: 1}, {Compute: "float32", Remat: "none", MicroBatches: 4}}
-	rows, err := plan.SearchOver(variants, backendtest.Embedded(), gpt, 1<<40, plan.A5000, false)
+	rows, err := plan.SearchOver(variants, testkit.Embedded(), gpt, 1<<40, plan.A5000, false)
 	if err != nil {
 		t.Fatal(err)
 	}

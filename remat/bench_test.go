@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +12,8 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/internal/heapmeter"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -64,9 +65,9 @@ func BenchmarkRematVsNone(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for _, v := range variants {
-			start, startCPU := time.Now(), cpuTime(b)
+			start, startCPU := time.Now(), testkit.CPUTime(b)
 			step(b, v.exec, x)
-			v.cpu = append(v.cpu, cpuTime(b)-startCPU)
+			v.cpu = append(v.cpu, testkit.CPUTime(b)-startCPU)
 			v.rounds = append(v.rounds, time.Since(start))
 			v.elapsed += v.rounds[len(v.rounds)-1]
 		}
@@ -75,7 +76,7 @@ func BenchmarkRematVsNone(b *testing.B) {
 	for _, v := range variants {
 		v.measured = 1 << 62
 		for range 3 {
-			h, err := ograph.MeasureHeapPeak(func() error { _, err := v.exec.Exec(x); return err })
+			h, err := heapmeter.MeasurePeak(func() error { _, err := v.exec.Exec(x); return err })
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -106,15 +107,6 @@ func medianRatio(a, b []time.Duration) float64 {
 	}
 	slices.Sort(ratios)
 	return ratios[len(ratios)/2]
-}
-
-// cpuTime returns the CPU time the process has used (user and system, all threads).
-func cpuTime(b *testing.B) time.Duration {
-	var usage syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
 
 func step(b *testing.B, exec *context.Exec, x *tensors.Tensor) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -54,7 +55,7 @@ func TestCheckpointMLPBitIdentical(t *testing.T) {
 			got := execute(t, func(in []*graph.Node) []*graph.Node {
 				return lossAndGradients(c.cfg.Checkpoint(mlp, in...), in)
 			}, args...)
-			assertBitIdentical(t, got, plain)
+			testkit.AssertBitIdentical(t, got, plain)
 		})
 	}
 }
@@ -77,7 +78,7 @@ func TestCheckpointNestedSharedBitIdentical(t *testing.T) {
 	for _, policy := range []remat.Policy{remat.NothingSaveable, remat.DotsSaveable, remat.SaveOnlyTheseNames("hidden")} {
 		t.Run(policy.String(), func(t *testing.T) {
 			got := execute(t, model(remat.With(policy).Checkpoint), args...)
-			assertBitIdentical(t, got, plain)
+			testkit.AssertBitIdentical(t, got, plain)
 		})
 	}
 }
@@ -110,7 +111,7 @@ func TestCheckpointPassesThroughNonFloats(t *testing.T) {
 		}
 	}
 	args = append(args[:2], args[2], args[3], args[4], indices)
-	assertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
+	testkit.AssertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
 }
 
 // TestCheckpointCapturedValues: values the function closes over (weights, a value computed
@@ -137,7 +138,7 @@ func TestCheckpointCapturedValues(t *testing.T) {
 			return lossAndGradients(outs, in)
 		}
 	}
-	assertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
+	testkit.AssertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
 }
 
 // TestCheckpointCapturedChainPanics: closing over a value and another computed from it would
@@ -180,7 +181,7 @@ func TestCheckpointSeveralGradients(t *testing.T) {
 			return res
 		}
 	}
-	assertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
+	testkit.AssertBitIdentical(t, execute(t, model(true), args...), execute(t, model(false), args...))
 }
 
 // TestCheckpointMisusePanics: misuse is reported with messages that say what is wrong.

@@ -12,6 +12,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -114,12 +115,12 @@ func TestCheckpointCtxBitIdentical(t *testing.T) {
 			for _, spec := range c.specs {
 				for _, policy := range policies {
 					t.Run(spec+"/"+policy.String(), func(t *testing.T) {
-						assertBitIdentical(t, gradientsFrom(t, base, c.model(spec, remat.With(policy)), x), want)
+						testkit.AssertBitIdentical(t, gradientsFrom(t, base, c.model(spec, remat.With(policy)), x), want)
 					})
 				}
 			}
 			t.Run("prevent_cse=false", func(t *testing.T) {
-				assertBitIdentical(t, gradientsFrom(t, base, c.model(c.specs[0], remat.Config{}.PreventCSE(false)), x), want)
+				testkit.AssertBitIdentical(t, gradientsFrom(t, base, c.model(c.specs[0], remat.Config{}.PreventCSE(false)), x), want)
 			})
 		})
 	}
@@ -152,7 +153,7 @@ func TestCheckpointCtxRestoresGraphParams(t *testing.T) {
 		}
 	}
 	base := initialized(t, model(false), x)
-	assertBitIdentical(t, gradientsFrom(t, base, model(true), x), gradientsFrom(t, base, model(false), x))
+	testkit.AssertBitIdentical(t, gradientsFrom(t, base, model(true), x), gradientsFrom(t, base, model(false), x))
 }
 
 // TestCheckpointClosureOverContext: Checkpoint (without Ctx) of a function that reads context
@@ -173,7 +174,7 @@ func TestCheckpointClosureOverContext(t *testing.T) {
 		}
 	}
 	base := initialized(t, model(false), x)
-	assertBitIdentical(t, gradientsFrom(t, base, model(true), x), gradientsFrom(t, base, model(false), x))
+	testkit.AssertBitIdentical(t, gradientsFrom(t, base, model(true), x), gradientsFrom(t, base, model(false), x))
 
 	ctx := context.New()
 	g := graph.NewGraph(embedded(), "dropout through a closure")

@@ -9,6 +9,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -41,7 +42,7 @@ func TestInferenceUnchanged(t *testing.T) {
 	want, plain := infer("none")
 	for _, spec := range []string{"mlp,attn", "block"} {
 		got, m := infer(spec)
-		assertBitIdentical(t, got, want)
+		testkit.AssertBitIdentical(t, got, want)
 		checkpoints := c.Blocks * map[string]int{"mlp,attn": 2, "block": 1}[spec]
 		// Per layer, the attention reads its input and 7 variables (4 kernels, a bias, a norm's
 		// scale and offset), the MLP its input and 6 variables.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
@@ -23,11 +24,7 @@ import (
 // xlaBackend opens the XLA plugin of $ONEGPU_PJRT_PLUGIN, or skips.
 func xlaBackend(t testing.TB) backends.Backend {
 	t.Helper()
-	path := os.Getenv(ograph.EnvPlugin)
-	if path == "" {
-		t.Skipf("needs an XLA PJRT plugin: set $%s (pip install lammps-jax-pjrt-cpu)", ograph.EnvPlugin)
-	}
-	backend, err := ograph.NewBackend("xla:" + path)
+	backend, err := ograph.NewBackend("xla:" + testkit.XLAPlugin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

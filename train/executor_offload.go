@@ -97,20 +97,13 @@ func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Conte
 	for v := range ctx.IterVariables() {
 		if v.Trainable {
 			trainable = append(trainable, v)
-			inputs = append(inputs, shapes.Make(wideDType(v.DType()), v.Shape().Dimensions...))
+			inputs = append(inputs, shapes.Make(ograph.WideDType(v.DType()), v.Shape().Dimensions...))
 		}
 	}
 	if len(trainable) == 0 {
 		return nil, fmt.Errorf("the host update: build the device's step (DeviceStepFn) in the context first")
 	}
 	return ograph.ContextProgram(backend, ctx, "host_update", inputs, t.hostUpdateFn(trainable))
-}
-
-func wideDType(d dtypes.DType) dtypes.DType {
-	if d == dtypes.Float64 {
-		return d
-	}
-	return dtypes.Float32
 }
 
 // offloadExecutor runs an offloaded step's two programs: deviceGradientsFn on the trainer's

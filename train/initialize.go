@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	ograph "github.com/onegpu/onegpu/graph"
@@ -43,7 +42,7 @@ func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.Co
 		return StepMetrics{}, nil, err
 	}
 	m := t.metricsOf(outs)
-	if _, isXLA := t.Backend.(*xla.Backend); !isXLA {
+	if t.Backend.Name() != ograph.XLABackendName {
 		return m, nil, nil
 	}
 	mem, err := ograph.CompiledMemoryOf(g)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/train"
 )
@@ -57,15 +57,15 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 		{train.OptimizerAdam8bit, "dynamic"},
 		{train.OptimizerAdam, "static=3e38"}, // every step's gradients overflow: all skipped
 	}
-	for _, backend := range backendtest.All() {
+	for _, backend := range testkit.All() {
 		for _, c := range cases {
-			if backend != backendtest.Embedded() && c != cases[0] {
+			if backend != testkit.Embedded() && c != cases[0] {
 				continue // each XLA case compiles four programs: one case is enough to show its rounding
 			}
 			t.Run(fmt.Sprintf("%s/%s/%s", backend.Name(), c.optimizer, c.lossScale), func(t *testing.T) {
 				config := offloadConfig(t)
 				config.Optimizer, config.LossScale = c.optimizer, c.lossScale
-				if backend != backendtest.Embedded() {
+				if backend != testkit.Embedded() {
 					config.MicroBatches, config.GPT.MicroBatch = 1, 1 // half the graph for XLA to compile
 				}
 				plain, want := runOffload(t, backend, config, 3, "")
@@ -73,11 +73,11 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 				config.Offload = train.OffloadOptimizer
 				offloaded, got := runOffload(t, backend, config, 3, "")
 				defer offloaded.Close()
-				if backend != backendtest.Embedded() {
+				if backend != testkit.Embedded() {
 					compiledStepShrinks(t, plain, offloaded)
 				}
 				tol := 0.0
-				if backend != backendtest.Embedded() {
+				if backend != testkit.Embedded() {
 					tol = 1e-6
 				}
 				for i, w := range want.Steps {

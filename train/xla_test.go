@@ -8,7 +8,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
@@ -130,7 +130,7 @@ func TestBFloat16OutputsOnXLA(t *testing.T) {
 		}
 		return m
 	}
-	onXLA, embedded := step(backend), step(backendtest.Embedded())
+	onXLA, embedded := step(backend), step(testkit.Embedded())
 	t.Logf("all-bfloat16 GPT, one step: XLA loss %.4f accuracy %.4f; embedded %.4f, %.4f", onXLA.Loss, onXLA.Accuracy, embedded.Loss, embedded.Accuracy)
 	if math.Abs(onXLA.Loss-embedded.Loss) > 1e-2*embedded.Loss || onXLA.Accuracy < 0 || onXLA.Accuracy > 1 {
 		t.Errorf("XLA: loss %v accuracy %v; embedded loss %v", onXLA.Loss, onXLA.Accuracy, embedded.Loss)

@@ -9,9 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
@@ -97,21 +95,5 @@ func TestTrainChecksBeforeWork(t *testing.T) {
 		if c.args[0] == "--batch" && !strings.Contains(err.Error(), "flags that fit: --batch ") {
 			t.Errorf("%v: %v, want the flags that fit", c.args, err)
 		}
-	}
-}
-
-// TestInterruptStopsTheRun: SIGINT closes the run's stop channel (train.Run then saves and returns
-// "interrupted at step N, saved", see train's TestStopSavesAndSaysWhere) instead of ending the
-// process.
-func TestInterruptStopsTheRun(t *testing.T) {
-	stop, done := stopOnSignal(&bytes.Buffer{})
-	defer done()
-	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-stop:
-	case <-time.After(10 * time.Second):
-		t.Fatal("SIGINT did not ask the run to stop")
 	}
 }

@@ -3,14 +3,14 @@ package main
 import (
 	"testing"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // TestOwnModel runs the example as `go run ./examples/ownmodel --json` does and checks what the
 // issue asks of it: the loss halves, remat and micro-batches leave the gradients as they were, a
 // NaN batch changes nothing and leaves the metrics finite, the parameters stay float32.
 func TestOwnModel(t *testing.T) {
-	r, err := measure(backendtest.Embedded(), 60, nil)
+	r, err := measure(testkit.Embedded(), 60, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,24 +1,22 @@
 package blocks_test
 
 import (
-	"math"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
-	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/internal/backendtest"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
-var embedded = backendtest.Embedded
+var embedded = testkit.Embedded
 
 var small = blocks.Config{Batch: 2, Seq: 16, Width: 32, Heads: 4, Blocks: 3}
 
@@ -131,36 +129,17 @@ func TestBFloat16Compute(t *testing.T) {
 		}
 		values := make([][]float64, len(outs))
 		for i, o := range outs {
-			values[i] = float64s(o)
+			values[i] = testkit.Floats(o)
 		}
 		return values
 	}
 	want, got := run(dtypes.Float32), run(dtypes.BFloat16)
 	worst := 0.0
 	for i := range want {
-		worst = max(worst, relL2(got[i], want[i]))
+		worst = max(worst, testkit.RelL2(got[i], want[i]))
 	}
 	t.Logf("loss %.5f (bfloat16) vs %.5f; worst relative L2 error over loss and %d gradients %.4f", got[0][0], want[0][0], len(want)-1, worst)
 	if worst > 0.15 {
 		t.Errorf("bfloat16 compute is %.3f off float32 (relative L2), want <= 0.15", worst)
 	}
-}
-
-func float64s(t *tensors.Tensor) []float64 {
-	var out []float64
-	t.ConstFlatData(func(flat any) {
-		for _, v := range flat.([]float32) {
-			out = append(out, float64(v))
-		}
-	})
-	return out
-}
-
-func relL2(got, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		num += (got[i] - want[i]) * (got[i] - want[i])
-		den += want[i] * want[i]
-	}
-	return math.Sqrt(num / max(den, 1e-30))
 }

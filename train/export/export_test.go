@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/onegpu/onegpu/data"
-	"github.com/onegpu/onegpu/internal/backendtest"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
@@ -18,7 +18,7 @@ import (
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
-var embedded = backendtest.Embedded
+var embedded = testkit.Embedded
 
 // tinyConfig is the tiny GPT with the tutorial's techniques: bfloat16 compute, remat of MLP and
 // attention, 4 micro-batches.

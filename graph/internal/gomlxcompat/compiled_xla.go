@@ -1,3 +1,5 @@
+//go:build cgo && !noxla
+
 package gomlxcompat
 
 import (
@@ -9,16 +11,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 )
 
-// ErrNotXLA is wrapped by the hooks that need a graph built or compiled by the XLA backend when
-// they are given one of another backend.
-var ErrNotXLA = fmt.Errorf("not an XLA graph")
-
-// LoadedExecutable returns the PJRT executable of a graph compiled by the XLA backend.
+// loadedExecutable returns the PJRT executable of a graph compiled by the XLA backend.
 //
 // Assumption (GoMLX v0.26.0): graph.Graph keeps its compiled program in the unexported field
 // "executable", which for the XLA backend holds an *xla.Executable whose unexported field "exec"
 // is the *pjrt.LoadedExecutable.
-func LoadedExecutable(g *graph.Graph) (*pjrt.LoadedExecutable, error) {
+func loadedExecutable(g *graph.Graph) (*pjrt.LoadedExecutable, error) {
 	executable, err := unexportedField(reflect.ValueOf(g).Elem(), "executable")
 	if err != nil {
 		return nil, err
@@ -44,10 +42,12 @@ func LoadedExecutable(g *graph.Graph) (*pjrt.LoadedExecutable, error) {
 
 // CompiledMemory returns XLA's memory statistics of a graph compiled by the XLA backend, as
 // go-xla read them from PJRT when it loaded the executable.
-func CompiledMemory(g *graph.Graph) (pjrt.ExecutableMemoryUsageStats, error) {
-	le, err := LoadedExecutable(g)
+func CompiledMemory(g *graph.Graph) (MemoryStats, error) {
+	le, err := loadedExecutable(g)
 	if err != nil {
-		return pjrt.ExecutableMemoryUsageStats{}, err
+		return MemoryStats{}, err
 	}
-	return le.OnDeviceMemoryUsageStats, nil
+	s := le.OnDeviceMemoryUsageStats
+	return MemoryStats{Inputs: s.Inputs, Outputs: s.Outputs, Aliases: s.Aliases, Temporary: s.Temporary,
+		GeneratedCode: s.GeneratedCode}, nil
 }

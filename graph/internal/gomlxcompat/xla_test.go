@@ -1,38 +1,59 @@
+//go:build cgo && !noxla
+
 package gomlxcompat_test
 
 import (
-	"errors"
 	"math"
+	"os"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	"github.com/onegpu/onegpu/internal/backendtest"
-	"github.com/onegpu/onegpu/internal/gomlxcompat"
+	"github.com/onegpu/onegpu/graph/internal/gomlxcompat"
 )
 
-// TestLoadedExecutable checks that a compiled XLA graph's PJRT executable and its memory
-// statistics are found, and that another backend's graph is told apart.
-func TestLoadedExecutable(t *testing.T) {
+// xlaBackend is GoMLX's XLA backend with the plugin $ONEGPU_PJRT_PLUGIN names (nil without one),
+// created directly, without onegpu's graph/ above this package.
+var xlaBackend = sync.OnceValue(func() backends.Backend {
+	plugin := os.Getenv("ONEGPU_PJRT_PLUGIN")
+	if plugin == "" {
+		return nil
+	}
+	xla.EnableAutoInstall(false)
+	b, err := xla.NewWithOptions(plugin, nil)
+	if err != nil {
+		panic(err)
+	}
+	return b
+})
+
+func requireXLA(t testing.TB) backends.Backend {
+	t.Helper()
+	b := xlaBackend()
+	if b == nil {
+		t.Skip("needs an XLA PJRT plugin: set $ONEGPU_PJRT_PLUGIN=/abs/path/pjrt_c_api_cpu_plugin.so (pip install lammps-jax-pjrt-cpu)")
+	}
+	return b
+}
+
+// TestCompiledMemory checks that a compiled XLA graph's PJRT executable and its memory
+// statistics are found.
+func TestCompiledMemory(t *testing.T) {
 	build := func(b backends.Backend) *graph.Graph {
 		g := graph.NewGraph(b, "stats")
 		x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 64))
 		g.Compile(graph.MulScalar(x, 2))
 		return g
 	}
-	g := build(backendtest.Embedded())
-	if _, err := gomlxcompat.CompiledMemory(g); !errors.Is(err, gomlxcompat.ErrNotXLA) {
-		t.Errorf("embedded graph: got %v, want ErrNotXLA", err)
-	}
-	g.Finalize()
-	xb := backendtest.RequireXLA(t)
-	g = build(xb)
+	g := build(requireXLA(t))
 	defer g.Finalize()
 	stats, err := gomlxcompat.CompiledMemory(g)
 	if err != nil {
@@ -40,46 +61,6 @@ func TestLoadedExecutable(t *testing.T) {
 	}
 	if stats.Inputs != 256 || stats.Outputs != 256 {
 		t.Errorf("f32[64] -> f32[64]: XLA reports %d bytes of inputs and %d of outputs, want 256 and 256", stats.Inputs, stats.Outputs)
-	}
-}
-
-// TestIntSliceParam reads back the static parameters the gradient rules and the memory analysis need.
-func TestIntSliceParam(t *testing.T) {
-	g := graph.NewGraph(backendtest.Embedded(), "params")
-	defer g.Finalize()
-	lhs := graph.Parameter(g, "lhs", shapes.Make(dtypes.Float32, 2, 3, 4))
-	rhs := graph.Parameter(g, "rhs", shapes.Make(dtypes.Float32, 2, 4, 5))
-	dot := graph.DotGeneral(lhs, []int{2}, []int{0}, rhs, []int{1}, []int{0})
-	slice := graph.Slice(lhs, graph.AxisRange(), graph.AxisRange(1, 3), graph.AxisRange(0, 4).Stride(2))
-	bcast := graph.ExpandAndBroadcast(graph.Parameter(g, "v", shapes.Make(dtypes.Float32, 4)), []int{3, 4}, []int{0})
-	sum := graph.ReduceSum(lhs, 1)
-	for _, c := range []struct {
-		node  *graph.Node
-		field string
-		want  []int
-	}{
-		{dot, "lhsContractingAxes", []int{2}}, {dot, "lhsBatchAxes", []int{0}},
-		{dot, "rhsContractingAxes", []int{1}}, {dot, "rhsBatchAxes", []int{0}},
-		{slice, "starts", []int{0, 1, 0}}, {slice, "limits", []int{2, 3, 4}}, {slice, "strides", []int{1, 1, 2}},
-		{bcast, "broadcastAxes", []int{1}},
-		{sum, "axes", []int{1}},
-	} {
-		got, err := gomlxcompat.IntSliceParam(c.node, c.field)
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("%s.%s = %v, %v; want %v", c.node.Type(), c.field, got, err, c.want)
-		}
-	}
-	if _, err := gomlxcompat.IntSliceParam(dot, "noSuchField"); err == nil {
-		t.Error("a missing field was read without an error")
-	}
-}
-
-// TestMatmulBlockDim checks the block side graph/'s memory analysis assumes for simplego.
-func TestMatmulBlockDim(t *testing.T) {
-	for _, dt := range []dtypes.DType{dtypes.Float32, dtypes.Float64, dtypes.BFloat16} {
-		if got := gomlxcompat.MatmulBlockDim(dt); got != 32 {
-			t.Errorf("simplego's matmul block side for %s is %d, graph/'s memory analysis assumes 32", dt, got)
-		}
 	}
 }
 
@@ -115,7 +96,7 @@ func TestAliasOutputs(t *testing.T) {
 		outs := g.RunWithBuffers([]backends.Buffer{donated, xb}, []bool{true, false}, 0)
 		return outs[1].Value().([]float32), donated, aliasBytes
 	}
-	for name, b := range map[string]backends.Backend{"go": backendtest.Embedded(), "xla": backendtest.XLA()} {
+	for name, b := range map[string]backends.Backend{"go": embedded(), "xla": xlaBackend()} {
 		if b == nil {
 			t.Logf("no PJRT plugin: XLA not tested")
 			continue
@@ -142,7 +123,7 @@ func TestAliasOutputs(t *testing.T) {
 // TestContextExecAliases aliases the variables a context.Exec step updates, in the order
 // context.Exec returns them. Variables of different shapes make a wrong order a compile error.
 func TestContextExecAliases(t *testing.T) {
-	b := backendtest.RequireXLA(t)
+	b := requireXLA(t)
 	ctx := context.New()
 	ctx.VariableWithValue("a", []float32{1, 2, 3})
 	ctx.VariableWithValue("frozen", []float32{10, 20})

@@ -17,3 +17,10 @@ func CatchPanic(fn func()) (err error) {
 	fn()
 	return nil
 }
+
+// Panicf panics with an error formatted like fmt.Errorf, the way GoMLX's graph builders report
+// misuse; CatchPanic turns it back into that error. onegpu's graph-building packages (mixed,
+// accum, optim) report misuse with it.
+func Panicf(format string, args ...any) {
+	panic(fmt.Errorf(format, args...))
+}

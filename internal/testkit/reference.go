@@ -1,4 +1,4 @@
-package backendtest
+package testkit
 
 import (
 	"fmt"
@@ -163,7 +163,7 @@ func (c PlainCheck) Run(t *testing.T, backend backends.Backend) {
 	got32 := c.run(t, backend, ctx, dtypes.Float32)
 
 	plain := c.Plain(params, inputs)
-	if err := RelativeL2(want64.output, plain); !(err <= 1e-12) {
+	if err := RelL2(want64.output, plain); !(err <= 1e-12) {
 		t.Errorf("float64 output differs from the plain float64 implementation by %.3g (relative L2), want <= 1e-12", err)
 	}
 
@@ -220,7 +220,7 @@ func (c PlainCheck) Run(t *testing.T, backend backends.Backend) {
 	}
 	worst, worstName := 0.0, ""
 	for _, name := range want64.order {
-		err := RelativeL2(got32.grads[name], want64.grads[name])
+		err := RelL2(got32.grads[name], want64.grads[name])
 		if !(err <= tolerance) {
 			t.Errorf("gradient of %s: float32 differs from float64 by %.3g (relative L2), want <= %.3g", name, err, tolerance)
 		}
@@ -229,8 +229,8 @@ func (c PlainCheck) Run(t *testing.T, backend backends.Backend) {
 		}
 	}
 	t.Logf("float64 output vs plain: %.2g; float64 gradients vs central differences: %.2g; float32 vs float64: output %.2g, worst gradient %.2g (%s) of %d",
-		RelativeL2(want64.output, plain), math.Abs(measured-predicted)/math.Abs(measured), RelativeL2(got32.output, want64.output), worst, worstName, len(want64.order))
-	if err := RelativeL2(got32.output, want64.output); !(err <= tolerance) {
+		RelL2(want64.output, plain), math.Abs(measured-predicted)/math.Abs(measured), RelL2(got32.output, want64.output), worst, worstName, len(want64.order))
+	if err := RelL2(got32.output, want64.output); !(err <= tolerance) {
 		t.Errorf("output: float32 differs from float64 by %.3g (relative L2), want <= %.3g", err, tolerance)
 	}
 }
@@ -242,21 +242,4 @@ func axpy(a float64, x, y []float64) []float64 {
 		out[i] = a*x[i] + y[i]
 	}
 	return out
-}
-
-// RelativeL2 returns ‖got - want‖ / ‖want‖ (‖got - want‖ when want is zero), or +Inf when the
-// lengths differ.
-func RelativeL2(got, want []float64) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	var diff, norm float64
-	for i := range want {
-		diff += (got[i] - want[i]) * (got[i] - want[i])
-		norm += want[i] * want[i]
-	}
-	if norm == 0 {
-		return math.Sqrt(diff)
-	}
-	return math.Sqrt(diff / norm)
 }

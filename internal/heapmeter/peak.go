@@ -1,4 +1,4 @@
-package graph
+package heapmeter
 
 import (
 	"os"
@@ -7,21 +7,22 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/onegpu/onegpu/internal/filelock"
 )
 
 // heapObjects is the Go heap's live and not-yet-swept objects: what the embedded backend's buffers
 // occupy, including freed buffers waiting in its pools until a collection.
 const heapObjects = "/memory/classes/heap/objects:bytes"
 
-// MeasureGCPercent is the GOGC setting MeasureHeapPeak runs under. Go's default (100) lets dead
+// GCPercent is the GOGC setting MeasurePeak runs under. Go's default (100) lets dead
 // buffers pile up to twice the live heap before a collection, which hides what a technique saves;
 // at 10 the heap stays within about 10% of what is live.
-const MeasureGCPercent = 10
+const GCPercent = 10
 
-// HeapPeak is a heap measurement of one call.
-type HeapPeak struct {
+// Peak is a heap measurement of one call.
+type Peak struct {
 	// Baseline is the heap after two collections, before the call: what the caller already
 	// holds (weights, optimizer state, the batch).
 	Baseline uint64
@@ -32,25 +33,25 @@ type HeapPeak struct {
 }
 
 // AboveBaseline is what the call allocated at its peak on top of what existed before it.
-func (h HeapPeak) AboveBaseline() int64 { return int64(h.Peak) - int64(h.Baseline) }
+func (h Peak) AboveBaseline() int64 { return int64(h.Peak) - int64(h.Baseline) }
 
-// MeasureHeapPeak runs fn with the garbage collector at MeasureGCPercent, collecting continuously,
+// MeasurePeak runs fn with the garbage collector at GCPercent, collecting continuously,
 // and samples the heap's object bytes every 100µs (runtime/metrics; no stop-the-world). It
 // approximates the peak memory of a step on the embedded backend, which allocates its buffers on
 // the Go heap; compare it with Memory.PeakTempBytes. fn runs slower while measured. Run fn once
 // before measuring so that compilation is not measured. Steps of a few MiB read high: the
 // collector cannot keep up with buffers freed microseconds before the peak.
-func MeasureHeapPeak(fn func() error) (HeapPeak, error) {
+func MeasurePeak(fn func() error) (Peak, error) {
 	// Measurements in other processes (go test runs packages in parallel) would slow the collector
 	// and make this one read high: take turns.
 	if unlock, err := lockMeasurements(); err == nil {
 		defer unlock()
 	}
-	previous := debug.SetGCPercent(MeasureGCPercent)
+	previous := debug.SetGCPercent(GCPercent)
 	defer debug.SetGCPercent(previous)
 	runtime.GC()
 	runtime.GC() // the second collection empties sync.Pools' victim caches
-	h := HeapPeak{Baseline: readHeapObjects()}
+	h := Peak{Baseline: readHeapObjects()}
 	h.Peak = h.Baseline
 
 	stop := make(chan struct{})
@@ -104,18 +105,19 @@ func readHeapObjects() uint64 {
 }
 
 // lockMeasurements takes a machine-wide lock (a file lock in the temporary folder) so that heap
-// measurements of several processes do not overlap.
+// measurements of several processes do not overlap (where the system has file locks; see
+// internal/filelock).
 func lockMeasurements() (unlock func(), err error) {
 	f, err := os.OpenFile(filepath.Join(os.TempDir(), "onegpu-heap-measurement.lock"), os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := filelock.Lock(f); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		filelock.Unlock(f)
 		f.Close()
 	}, nil
 }

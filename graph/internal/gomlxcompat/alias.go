@@ -2,10 +2,7 @@ package gomlxcompat
 
 import (
 	"fmt"
-	"reflect"
 
-	"github.com/gomlx/go-xla/pkg/stablehlo"
-	"github.com/gomlx/gomlx/backends/xla"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 )
@@ -79,31 +76,6 @@ func DeclaredAliases(g *graph.Graph) ([]Alias, error) {
 		}
 	}
 	return aliases, nil
-}
-
-// entryFunction returns the StableHLO function an XLA graph is built into, or nil for another backend.
-func entryFunction(g *graph.Graph) (*stablehlo.Function, error) {
-	builder, err := unexportedField(reflect.ValueOf(g).Elem(), "builder")
-	if err != nil {
-		return nil, err
-	}
-	if builder.IsNil() {
-		return nil, fmt.Errorf("graph %q has no builder (finalized?)", g.Name())
-	}
-	xb, ok := builder.Interface().(*xla.Builder)
-	if !ok {
-		return nil, nil
-	}
-	fnField, err := unexportedField(reflect.ValueOf(xb).Elem(), "fn")
-	if err != nil {
-		return nil, err
-	}
-	fn, ok := fnField.Interface().(*stablehlo.Function)
-	if !ok || fn == nil {
-		return nil, fmt.Errorf("graph %q: the XLA builder's fn is %s, not a *stablehlo.Function (GoMLX version changed?)",
-			g.Name(), fnField.Type())
-	}
-	return fn, nil
 }
 
 // ContextExecAliases returns the aliases of a step that context.Exec is building from ctx on g,
