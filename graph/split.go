@@ -2,9 +2,7 @@ package graph
 
 import (
 	"fmt"
-	"math"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 )
 
@@ -54,36 +52,4 @@ func SplitAxis(x *graph.Node, axis, n int) []*graph.Node {
 		})
 	}
 	return outs
-}
-
-// ZeroTiedTo returns an exact zero scalar of dtype computed from x's first element: it puts x on
-// the gradient path of whatever it is added to without changing a value, which is how a custom
-// gradient built on IdentityWithCustomGradient reaches an entry node. XLA folds it away (a select
-// on a constant false).
-func ZeroTiedTo(x *graph.Node, dtype dtypes.DType) *graph.Node {
-	g := x.Graph()
-	return graph.Where(graph.Const(g, false), graph.ConvertDType(firstValue(x), dtype), graph.ScalarZero(g, dtype))
-}
-
-// NegativeZeroFrom returns an exact -0.0 (float32) computed from x's first value that XLA cannot
-// fold to a constant: (first != first, as 0 or 1)·(-0.0), -0.0 whatever the value, NaN included.
-// Adding it to a float changes no bit (v + -0.0 == v, +0.0 and -0.0 included) and converted to an
-// integer it is 0, but the sum depends on x: XLA can neither merge it with the same sum made from
-// another value (common-subexpression elimination) nor compute it before x. No gradient flows to x.
-func NegativeZeroFrom(x *graph.Node) *graph.Node {
-	first := firstValue(graph.StopGradient(x))
-	isNaN := graph.ConvertDType(graph.NotEqual(first, first), dtypes.Float32)
-	return graph.Mul(isNaN, graph.Scalar(x.Graph(), dtypes.Float32, math.Copysign(0, -1)))
-}
-
-// firstValue returns x's first element as a scalar.
-func firstValue(x *graph.Node) *graph.Node {
-	if x.IsScalar() {
-		return x
-	}
-	specs := make([]graph.SliceAxisSpec, x.Rank())
-	for i := range specs {
-		specs[i] = graph.AxisElem(0)
-	}
-	return graph.Reshape(graph.Slice(x, specs...))
 }
