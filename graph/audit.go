@@ -2,9 +2,11 @@ package graph
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 )
 
 // FindingKind names a class of dtype problem found by Audit.
@@ -37,8 +39,17 @@ type Finding struct {
 	Scope string
 }
 
+// String is one line: the kind, the message and where: the node, or the scope of a finding that
+// is about a variable, not an op (AuditVariables').
 func (f Finding) String() string {
-	return fmt.Sprintf("%s: %s (node #%d)", f.Kind, f.Message, f.Node.Id())
+	switch {
+	case f.Node != nil:
+		return fmt.Sprintf("%s: %s (node #%d)", f.Kind, f.Message, f.Node.Id())
+	case f.Scope != "":
+		return fmt.Sprintf("%s: %s (in %s)", f.Kind, f.Message, f.Scope)
+	default:
+		return fmt.Sprintf("%s: %s", f.Kind, f.Message)
+	}
 }
 
 // Audit inspects the nodes of g that outputs depend on and reports 16-bit reductions, uncast
@@ -46,6 +57,8 @@ func (f Finding) String() string {
 // on its findings; `onegpu memory` prints them grouped (GroupFindings).
 func Audit(g *graph.Graph, outputs []*graph.Node) []Finding {
 	needed := neededNodes(g, outputs)
+	weight := weightTest(g)
+	users := consumers(g, needed)
 	var findings []Finding
 	for _, n := range g.Nodes() {
 		if !needed[n.Id()] {
@@ -57,12 +70,12 @@ func Audit(g *graph.Graph, outputs []*graph.Node) []Finding {
 			findings = append(findings, Finding{Kind: Reduction16, Node: n, Message: fmt.Sprintf(
 				"%s of %s reduces %d values to %d in %s: accumulate in float32 (graph.SumInFloat32)",
 				n.Type(), in.Shape(), in.Shape().Size(), max(n.Shape().Size(), 1), n.DType())})
-		case isUpcastMeetingParameter(n):
+		case isUpcastMeetingParameter(n, weight):
 			findings = append(findings, Finding{Kind: UncastParameter, Node: n, Message: fmt.Sprintf(
 				"%s computes in float32 because a float32 parameter meets a value converted from 16 bits: "+
 					"cast the parameter to the compute dtype", n.Type())})
-		case isDowncast(n):
-			if segment, ok := float32Detour(n); ok {
+		case isDowncast(n) && !n.IsScalar(): // a scalar costs nothing: remat's and accum's ties convert float32 zeros
+			if segment, ok := float32Detour(n, users); ok {
 				findings = append(findings, Finding{Kind: Float32Detour, Node: n, Message: fmt.Sprintf(
 					"a 16-bit value goes through %d float32 ops without a reduction before it is converted back to %s",
 					segment, n.DType())})
@@ -109,14 +122,32 @@ func isDowncast(n *graph.Node) bool {
 	return n.Type() == graph.NodeTypeConvertDType && Is16Bit(n.DType()) && n.Inputs()[0].DType() == dtypes.Float32
 }
 
-func isUpcastMeetingParameter(n *graph.Node) bool {
+// weightTest returns how Audit tells a weight among g's parameters: in a graph with context
+// variables (parameters named "var:/scope/name"), the variables are the weights and the other
+// parameters are data, such as the targets a float32 loss compares the model's output with; in a
+// graph without any, every parameter may be a weight.
+func weightTest(g *graph.Graph) func(*graph.Node) bool {
+	for _, n := range g.Nodes() {
+		if isVariable(n) {
+			return isVariable
+		}
+	}
+	return func(n *graph.Node) bool { return n.Type() == graph.NodeTypeParameter }
+}
+
+// isVariable reports whether n is the parameter of a context variable.
+func isVariable(n *graph.Node) bool {
+	return n.Type() == graph.NodeTypeParameter && strings.HasPrefix(n.GetParameterName(), context.VariableParameterPrefix)
+}
+
+func isUpcastMeetingParameter(n *graph.Node, weight func(*graph.Node) bool) bool {
 	if n.Type() == graph.NodeTypeConvertDType || n.DType() != dtypes.Float32 {
 		return false
 	}
 	param, upcast := false, false
 	for _, in := range n.Inputs() {
 		// Scalars (a loss scale, a learning rate) are meant to be float32: no finding.
-		param = param || (in.Type() == graph.NodeTypeParameter && in.DType() == dtypes.Float32 && !in.IsScalar())
+		param = param || (weight(in) && in.DType() == dtypes.Float32 && !in.IsScalar())
 		upcast = upcast || isUpcast(in)
 	}
 	return param && upcast
@@ -124,8 +155,10 @@ func isUpcastMeetingParameter(n *graph.Node) bool {
 
 // float32Detour walks back from a downcast through float32 ops to the conversions that feed them.
 // It reports the number of float32 ops in between when they include no reduction and are fed by at
-// least one upcast from 16 bits.
-func float32Detour(downcast *graph.Node) (int, bool) {
+// least one upcast from 16 bits that does not open a reducing island: an upcast whose float32
+// value goes on to a reduction (a float32 loss of a 16-bit model's output, statistics) is
+// deliberate, and the region is then that island's gradient on its way back into 16 bits.
+func float32Detour(downcast *graph.Node, users [][]*graph.Node) (int, bool) {
 	const limit = 64 // a detour is a few elementwise ops; longer float32 regions are deliberate
 	seen := map[graph.NodeId]bool{}
 	stack := []*graph.Node{downcast.Inputs()[0]}
@@ -139,7 +172,7 @@ func float32Detour(downcast *graph.Node) (int, bool) {
 		seen[n.Id()] = true
 		switch {
 		case isUpcast(n):
-			fedByUpcast = true
+			fedByUpcast = fedByUpcast || !opensReducingIsland(n, users)
 			continue
 		case n.Type() == graph.NodeTypeParameter || n.Type() == graph.NodeTypeConstant || n.Type() == graph.NodeTypeConvertDType:
 			continue
@@ -153,6 +186,43 @@ func float32Detour(downcast *graph.Node) (int, bool) {
 		stack = append(stack, n.Inputs()...)
 	}
 	return ops, fedByUpcast && ops > 0
+}
+
+// opensReducingIsland reports whether the float32 value of upcast reaches a reduction through
+// float32 ops (a few dozen at most).
+func opensReducingIsland(upcast *graph.Node, users [][]*graph.Node) bool {
+	const limit = 64
+	seen := map[graph.NodeId]bool{}
+	stack := []*graph.Node{upcast}
+	for visited := 0; len(stack) > 0 && visited < limit; visited++ {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, u := range users[n.Id()] {
+			switch {
+			case seen[u.Id()] || u.DType() != dtypes.Float32 || u.Type() == graph.NodeTypeConvertDType:
+			case isReduction(u.Type()):
+				return true
+			default:
+				seen[u.Id()] = true
+				stack = append(stack, u)
+			}
+		}
+	}
+	return false
+}
+
+// consumers lists, for each needed node, the needed nodes that take it as an input.
+func consumers(g *graph.Graph, needed []bool) [][]*graph.Node {
+	users := make([][]*graph.Node, len(g.Nodes()))
+	for _, n := range g.Nodes() {
+		if !needed[n.Id()] {
+			continue
+		}
+		for _, in := range n.Inputs() {
+			users[in.Id()] = append(users[in.Id()], n)
+		}
+	}
+	return users
 }
 
 // neededNodes marks the nodes outputs depend on.

@@ -119,3 +119,48 @@ func TestGroupFindings(t *testing.T) {
 		t.Errorf("second group %+v: want the one 16-bit reduction", groups[1])
 	}
 }
+
+// TestAuditVariablesFindingPrints: a finding about a variable has no node; printing it names the
+// variable's scope instead of panicking (it dereferenced the nil node).
+func TestAuditVariablesFindingPrints(t *testing.T) {
+	ctx := context.New()
+	ctx.In("block_0").In("mlp").VariableWithValue("kernel", []float32{1, 2})
+	findings := ograph.AuditVariables(ctx, func(*context.Variable) dtypes.DType { return dtypes.BFloat16 })
+	if len(findings) != 1 {
+		t.Fatalf("findings %v, want one about the float32 kernel", findings)
+	}
+	var line string
+	if err := ograph.CatchPanic(func() { line = findings[0].String() }); err != nil {
+		t.Fatalf("printing the finding panicked: %v", err)
+	}
+	if !strings.Contains(line, "/block_0/mlp") || !strings.HasPrefix(line, string(ograph.ParamDType)) {
+		t.Errorf("finding printed as %q, want its kind and scope", line)
+	}
+	if groups := ograph.GroupFindings(findings); len(groups) != 1 || !strings.Contains(groups[0].String(), "/block_0/mlp") {
+		t.Errorf("grouped: %v, want one group in /block_0/mlp", groups)
+	}
+}
+
+// TestAuditDataIsNotAWeight: in a graph with context variables, a float32 data input (the targets
+// a float32 loss compares the model's output with) is not an uncast weight; a float32 variable
+// meeting an upcast value is.
+func TestAuditDataIsNotAWeight(t *testing.T) {
+	bf16, f32 := dtypes.BFloat16, dtypes.Float32
+	p, err := ograph.ContextProgram(embedded(), context.New(), "loss", []shapes.Shape{shapes.Make(bf16, 8, 4), shapes.Make(f32, 8, 4)},
+		func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			w := ctx.VariableWithShape("w", shapes.Make(f32, 4, 4)).ValueGraph(in[0].Graph())
+			y := graph.Dot(in[0], graph.ConvertDType(w, bf16))                                     // the model, in bfloat16
+			loss := graph.ReduceAllSum(graph.Square(graph.Sub(graph.ConvertDType(y, f32), in[1]))) // a float32 loss against float32 targets
+			gain := ctx.VariableWithShape("gain", shapes.Make(f32, 8, 4)).ValueGraph(in[0].Graph())
+			uncast := graph.ConvertDType(graph.Mul(graph.ConvertDType(y, f32), gain), bf16) // a float32 weight in a bfloat16 region
+			return []*graph.Node{loss, uncast}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Graph.Finalize()
+	findings := ograph.Audit(p.Graph, p.Outputs)
+	if n := ograph.CountFindings(findings, ograph.UncastParameter); n != 1 {
+		t.Errorf("%d uncast-parameter findings, want 1 (the weight, not the targets): %v", n, findings)
+	}
+}

@@ -14,7 +14,8 @@ const ParamDType FindingKind = "parameter dtype"
 
 // AuditVariables reports the trainable variables of ctx whose dtype differs from want(v), the
 // param dtype the model's precision policy gives the variable's scope (onegpu's mixed.AuditVariables
-// passes it). The findings have no Node: they are about state, not an op.
+// passes it). The findings have no Node (they are about state, not an op); their Scope is the
+// variable's.
 func AuditVariables(ctx *context.Context, want func(v *context.Variable) dtypes.DType) []Finding {
 	var findings []Finding
 	for v := range ctx.IterVariables() {
@@ -22,7 +23,7 @@ func AuditVariables(ctx *context.Context, want func(v *context.Variable) dtypes.
 			continue
 		}
 		if w := want(v); w != dtypes.InvalidDType && v.DType() != w {
-			findings = append(findings, Finding{Kind: ParamDType, Message: fmt.Sprintf(
+			findings = append(findings, Finding{Kind: ParamDType, Scope: v.Scope(), Message: fmt.Sprintf(
 				"trainable variable %s is %s but the policy's param dtype is %s: create it in %s and cast it to the "+
 					"compute dtype where it is used (onegpu's layers do)", v.ScopeAndName(), lower(v.DType()), lower(w), lower(w))})
 		}

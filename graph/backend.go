@@ -168,9 +168,9 @@ func pluginPath(config string) (string, error) {
 	return path, nil
 }
 
-// NewBackend resolves spec (see ResolveBackend) and creates the backend. It installs onegpu's
-// gradient rules (InstallGradients) first, never downloads a plugin, and returns an error rather
-// than panicking when the backend cannot be created.
+// NewBackend resolves spec (see ResolveBackend) and creates the backend. It never downloads a
+// plugin, and returns an error rather than panicking when the backend cannot be created. (onegpu's
+// gradient rules need no backend of onegpu's: importing this package installs them.)
 //
 // The embedded backend is wrapped so that a dtype it cannot compute (float16) is refused while the
 // graph is built, with a message that says what to use instead.
@@ -191,7 +191,6 @@ func NewBackendFromSpec(s BackendSpec) (backends.Backend, error) {
 // NewBackendWithOptions creates the backend of an already resolved spec; o configures XLA
 // backends (flag presets, client options) and is ignored by the embedded one.
 func NewBackendWithOptions(s BackendSpec, o XLAOptions) (backends.Backend, error) {
-	InstallGradients()
 	switch s.Kind {
 	case "go":
 		var b backends.Backend

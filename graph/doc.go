@@ -16,6 +16,7 @@
 //
 // Gradients: GoMLX v0.26.0 builds matmul gradients as broadcast-multiply-and-sum (tens of times
 // slower and 16-40% wrong in bfloat16), sums broadcast gradients in 16 bits, and has no rule for
-// Rsqrt or a Slice the embedded backend can run. InstallGradients (called by NewBackend) replaces
-// those rules; UseStockGradients restores GoMLX's for one graph, for comparison.
+// Rsqrt or a Slice the embedded backend can run. Importing this package replaces those rules
+// (InstallGradients, at package initialization), for graphs on any backend, one GoMLX created
+// included; UseStockGradients restores GoMLX's for one graph, for comparison.
 package graph

@@ -47,13 +47,18 @@ var (
 	fallbackReasons = map[string]bool{}
 )
 
+// init installs onegpu's gradient rules as soon as graph/ is imported, so that they hold on every
+// backend, including one GoMLX created (backends.New), not only on those NewBackend creates.
+func init() { InstallGradients() }
+
 // InstallGradients replaces, once per process, GoMLX v0.26.0's gradient rules for the ops whose
 // stock rules are slow, imprecise in 16 bits or missing (see the rules table): matmuls become
 // matmuls, broadcast gradients are summed in float32 when the cotangent is 16-bit, Slice no longer
 // needs Pad, and Rsqrt, Expm1, Identity, Clamp and the rounding ops get rules.
 //
-// It is idempotent and safe to call from several goroutines. GoMLX reads its rule table without a
-// lock, so call it before building graphs concurrently; NewBackend calls it.
+// It is idempotent and safe to call from several goroutines. Importing graph/ calls it (at package
+// initialization, before any graph can be built), so calling it again is never needed; it stays
+// exported for programs that want to say so.
 func InstallGradients() {
 	installOnce.Do(func() {
 		for nodeType, r := range rules {

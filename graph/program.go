@@ -67,7 +67,6 @@ func ContextProgram(backend backends.Backend, ctx *context.Context, name string,
 // for XLA's auto-sharding across devices), with the data inputs that inputs creates in it.
 func ContextProgramOn(g *graph.Graph, ctx *context.Context, inputs func(g *graph.Graph) []*graph.Node,
 	fn func(ctx *context.Context, inputs []*graph.Node) []*graph.Node) (p *Program, err error) {
-	InstallGradients()
 	err = CatchPanic(func() {
 		outputs := fn(ctx, inputs(g))
 		p = NewProgram(g, outputs...)

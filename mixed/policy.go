@@ -135,6 +135,20 @@ func (p Policy) String() string {
 	return fmt.Sprintf("params=%s,compute=%s,output=%s", dtypeName(p.Param), dtypeName(p.Compute), dtypeName(p.Output))
 }
 
+// MarshalText writes p as String does, so that a policy stored in a context (SetPolicy) survives
+// GoMLX's checkpoints, which save context parameters as JSON.
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads a policy in ParsePolicy's grammar.
+func (p *Policy) UnmarshalText(text []byte) error {
+	parsed, err := ParsePolicy(string(text))
+	if err != nil {
+		return err
+	}
+	*p = parsed
+	return nil
+}
+
 // computes reports whether backend can compute dtype. GoMLX v0.26.0's XLA backend leaves float16
 // out of its Capabilities().DTypes although XLA computes it (verified with the CPU PJRT plugin), so
 // float16 is accepted on any backend named "xla".

@@ -1,7 +1,10 @@
 package mixed
 
 import (
+	"fmt"
+
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
@@ -24,8 +27,50 @@ func SetPolicy(ctx *context.Context, p Policy) { ctx.SetParam(policyParam, p) }
 
 // PolicyOf returns the policy set on ctx's scope or the nearest scope above it, or Float32 when
 // none was set.
+//
+// A context restored from a GoMLX checkpoint holds the policy as its JSON decoding: the string
+// Policy.MarshalText wrote, or, from checkpoints written before Policy had it, a
+// map[string]any of its three dtype names. PolicyOf reads both back; anything else panics with
+// what it found.
 func PolicyOf(ctx *context.Context) Policy {
-	return context.GetParamOr(ctx, policyParam, Float32)
+	value, found := ctx.GetParam(policyParam)
+	if !found || value == nil {
+		return Float32
+	}
+	p, err := policyFromParam(value)
+	if err != nil {
+		panicf("mixed.PolicyOf(scope %q): %v", ctx.Scope(), err)
+	}
+	return p
+}
+
+// policyFromParam converts what a context holds for policyParam into a Policy.
+func policyFromParam(value any) (Policy, error) {
+	switch v := value.(type) {
+	case Policy:
+		return v, nil
+	case string:
+		return ParsePolicy(v)
+	case map[string]any: // the struct's JSON: {"Param": "Float32", "Compute": "BFloat16", "Output": "Float32"}
+		var p Policy
+		for _, f := range []struct {
+			key string
+			dst *dtypes.DType
+		}{{"Param", &p.Param}, {"Compute", &p.Compute}, {"Output", &p.Output}} {
+			name, ok := v[f.key].(string)
+			if !ok {
+				return Policy{}, fmt.Errorf("policy %v restored from a checkpoint has no dtype name %q", v, f.key)
+			}
+			d, err := dtypes.DTypeString(name)
+			if err != nil {
+				return Policy{}, fmt.Errorf("policy %v restored from a checkpoint: %s: %w", v, f.key, err)
+			}
+			*f.dst = d
+		}
+		return p, p.Validate(nil)
+	default:
+		return Policy{}, fmt.Errorf("the context's policy is a %T (%v), not a mixed.Policy", value, value)
+	}
 }
 
 // AuditVariables reports every trainable variable of ctx whose dtype is not the param dtype of
@@ -36,4 +81,19 @@ func AuditVariables(ctx *context.Context) []ograph.Finding {
 	return ograph.AuditVariables(ctx, func(v *context.Variable) dtypes.DType {
 		return PolicyOf(ctx.InAbsPath(v.Scope())).Param
 	})
+}
+
+// Audit is graph.Audit (16-bit reductions, uncast float32 weights, float32 detours) with the
+// check that needs the policies set on ctx: matmuls that multiply a variable in a dtype other
+// than the compute dtype of its scope's policy (graph.ComputeDType), which is what a layer that
+// ignores the policy does: GoMLX's own layers.Dense on a float32 input computes in float32 under
+// a bfloat16 policy, silently. ctx is the context the graph was built from.
+//
+//	p, _ := trainer.Program()
+//	for _, g := range ograph.GroupFindings(mixed.Audit(ctx, p.Graph, p.Outputs)) { fmt.Println(g) }
+func Audit(ctx *context.Context, g *graph.Graph, outputs []*graph.Node) []ograph.Finding {
+	findings := ograph.Audit(g, outputs)
+	return append(findings, ograph.AuditComputeDTypes(g, outputs, func(scope string) dtypes.DType {
+		return PolicyOf(ctx.InAbsPath(scope)).Compute
+	})...)
 }

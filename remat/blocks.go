@@ -1,6 +1,7 @@
 package remat
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -11,10 +12,65 @@ import (
 // blocksParam is the context hyperparameter that holds the blocks SetBlocks names.
 const blocksParam = "remat_blocks"
 
-// namedBlocks is what SetBlocks stores on a scope.
+// namedBlocks is what SetBlocks stores on a scope. GoMLX's checkpoints save a context's
+// parameters as JSON: MarshalText writes it as one JSON string, which blocksOf reads back.
 type namedBlocks struct {
 	names  []string
 	config Config
+}
+
+// namedBlocksJSON is namedBlocks' text form.
+type namedBlocksJSON struct {
+	Blocks     []string `json:"blocks"`
+	Policy     string   `json:"policy"`
+	PreventCSE bool     `json:"prevent_cse"`
+	Name       string   `json:"name,omitempty"`
+}
+
+// MarshalText writes the blocks and their config as JSON text.
+func (b namedBlocks) MarshalText() ([]byte, error) {
+	return json.Marshal(namedBlocksJSON{Blocks: b.names, Policy: b.config.policy.String(), PreventCSE: !b.config.allowCSE,
+		Name: b.config.name})
+}
+
+// UnmarshalText reads what MarshalText wrote.
+func (b *namedBlocks) UnmarshalText(text []byte) error {
+	var j namedBlocksJSON
+	if err := json.Unmarshal(text, &j); err != nil {
+		return fmt.Errorf("remat blocks %q: %w", text, err)
+	}
+	policy, err := ParsePolicy(j.Policy)
+	if err != nil {
+		return fmt.Errorf("remat blocks %q: %w", text, err)
+	}
+	*b = namedBlocks{names: j.Blocks, config: With(policy).PreventCSE(j.PreventCSE).Named(j.Name)}
+	return nil
+}
+
+// blocksOf returns the blocks set on ctx's scope or above: what SetBlocks stored, or its JSON
+// decoding in a context restored from a GoMLX checkpoint (the string MarshalText wrote; an empty
+// map from checkpoints written before namedBlocks had it, which held no names: no blocks).
+func blocksOf(ctx *context.Context) namedBlocks {
+	value, found := ctx.GetParam(blocksParam)
+	if !found || value == nil {
+		return namedBlocks{}
+	}
+	switch v := value.(type) {
+	case namedBlocks:
+		return v
+	case string:
+		var b namedBlocks
+		if err := b.UnmarshalText([]byte(v)); err != nil {
+			panic(fmt.Errorf("remat.Block (scope %q): %w", ctx.Scope(), err))
+		}
+		return b
+	case map[string]any:
+		if len(v) == 0 {
+			return namedBlocks{}
+		}
+	}
+	panic(fmt.Errorf("remat.Block (scope %q): the context's remat blocks are a %T (%v), not what remat.SetBlocks stores",
+		ctx.Scope(), value, value))
 }
 
 // SetBlocks names the kinds of block (the names a model gives Block) that are rematerialized
@@ -39,7 +95,7 @@ func Block(ctx *context.Context, name string, fn func(ctx *context.Context, inpu
 	if name == "" {
 		panic(fmt.Errorf("remat.Block: the block needs a name (the kind SetBlocks selects, e.g. \"block\")"))
 	}
-	blocks := context.GetParamOr(ctx, blocksParam, namedBlocks{})
+	blocks := blocksOf(ctx)
 	if !slices.Contains(blocks.names, name) {
 		return fn(ctx, inputs)
 	}
