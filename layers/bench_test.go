@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,13 +56,13 @@ func BenchmarkChunkedCompile(b *testing.B) {
 				for b.Loop() {
 					p := m.program(xla, seq)
 					estimate := ograph.Analyze(p).PeakTempBytes
-					start, cpu := time.Now(), cpuTime()
+					start, cpu := time.Now(), testkit.CPUTime(b)
 					compiled, err := ograph.CompileProgram(p)
 					if err != nil {
 						b.Fatal(err)
 					}
 					b.ReportMetric(time.Since(start).Seconds(), "compile-s")
-					b.ReportMetric((cpuTime() - cpu).Seconds(), "compile-cpu-s")
+					b.ReportMetric((testkit.CPUTime(b) - cpu).Seconds(), "compile-cpu-s")
 					b.ReportMetric(float64(len(p.Graph.Nodes())), "nodes")
 					b.ReportMetric(mib(compiled.TemporaryBytes), "xla-MiB")
 					b.ReportMetric(mib(estimate), "est-MiB")
@@ -123,12 +122,6 @@ func BenchmarkChunkedStep(b *testing.B) {
 	b.ReportMetric(float64(elapsed[0].Milliseconds())/float64(b.N), "plain-ms/step")
 	b.ReportMetric(float64(elapsed[1].Milliseconds())/float64(b.N), "chunked-ms/step")
 	b.ReportMetric(median(ratios), "chunked/plain")
-}
-
-func cpuTime() time.Duration {
-	var u syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
 func intList(b *testing.B, list string) []int {
