@@ -24,17 +24,19 @@ import (
 // that XLA runs them in order, frees each block's temporaries before the next one starts, and does
 // not merge the backward pass's recomputation back into the forward pass.
 //
-// The cost of unrolling: with n = ceil(seq/block), n(n+1)/2 block pairs, each about 20 forward
-// and 30 backward ops. ChunkedAttentionBlocks with a larger key block trades memory for ops.
-// block must be at least 1; seq need not be a multiple of it (the last block is shorter).
+// The cost of unrolling: with n = ceil(seq/block), n(n+1)/2 block pairs of about 70 graph nodes
+// each (forward, backward and ties), and XLA's compile time grows with them (see Attention for
+// measured trade-offs). block must be at least 1; seq need not be a multiple of it (the last block
+// is shorter).
 func ChunkedAttention(q, k, v *graph.Node, softmaxDType dtypes.DType, block int) *graph.Node {
 	return ChunkedAttentionBlocks(q, k, v, softmaxDType, block, block)
 }
 
 // ChunkedAttentionBlocks is ChunkedAttention with separate query and key block sizes. A key block
-// of at least seq is the query-blocks-only scheme: each query block attends to its whole causal
-// prefix at once, n ops instead of n(n+1)/2 pairs, for a scores block of
-// queryBlock x seq per head instead of queryBlock x keyBlock.
+// of at least seq is the queries-only scheme: each query block attends to its whole causal prefix
+// at once, n blocks instead of n(n+1)/2 pairs, for scores of queryBlock x seq per head instead of
+// queryBlock x keyBlock. At the same compile time, square blocks of a larger size needed less
+// memory in every case measured (see Attention).
 func ChunkedAttentionBlocks(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int) *graph.Node {
 	a := newBlockedAttention(q, k, v, softmaxDType, queryBlock, keyBlock)
 	value := a.forward()

@@ -14,37 +14,49 @@ import (
 // attention layers and losses read it from the context (SetAttention, SetCrossEntropy), as their
 // layers read the precision policy.
 
-// DefaultAttentionBlock is the block ParseAttention gives "chunked": on a Llama-3.2-1B layer at
-// sequence 8192 (XLA CPU, bfloat16) 1024 compiles to 36 block pairs, 3.4k graph nodes and 0.65 GiB
-// of temporaries, where 512 gives 136 pairs, 10.6k nodes and 0.28 GiB, and 2048 2.2 GiB.
-const DefaultAttentionBlock = 1024
-
 // DefaultCrossEntropyChunk is the chunk ParseCrossEntropy gives "chunked": 512 tokens' float32
 // logits are 250 MiB at Llama 3's vocabulary of 128,256.
 const DefaultCrossEntropyChunk = 512
 
 // Attention says how the attention core computes: plainly, the whole [seq, seq] scores at once
 // (the zero value), or chunked (ChunkedAttentionBlocks).
+//
+// Blocks trade memory for unrolled work, and XLA's compile time follows the work: Llama-3.2-1B's
+// gradient step (bfloat16, remat of whole blocks, batch 1, XLA CPU plugin, compile only) at
+// sequence 8192 needs 1.78 GiB of temporaries with block 1024 (36 block pairs per layer, 139 s of
+// compile CPU time), 2.46 GiB with block 2048 (10 pairs, 28 s), 4.91 GiB with queries-only
+// blocks of 512 (16 blocks, 62 s), and 24.4 GiB with plain attention (6 s). Left to choose
+// (Chunked without a Block), it keeps the pairs per layer at most 36 (AutoAttentionBlock).
 type Attention struct {
-	// Block is the number of queries and keys per block of chunked attention; 0 is plain attention.
+	// Chunked selects chunked attention.
+	Chunked bool
+	// Block is the number of queries and keys per block; 0 is AutoAttentionBlock(seq).
 	Block int
 	// KeyBlock, when set, is the number of keys per block instead of Block: at least the sequence
 	// length gives the queries-only scheme (each query block reads its whole causal prefix at once).
 	KeyBlock int
 }
 
-// ParseAttention reads "plain", "chunked" (DefaultAttentionBlock), "chunked=BLOCK" or
+// AutoAttentionBlock is the block chunked attention uses when none is given: 1024, or seq/8 (up
+// to a multiple of 128) when that is larger, so that a layer has at most 36 block pairs and the
+// step compiles in bounded time; the scores of a block grow with it beyond sequence 8192
+// (Llama-3.2-1B at 16384, block 2048: 2.90 GiB of temporaries, 264 s of compile CPU time).
+func AutoAttentionBlock(seq int) int {
+	return max(1024, (seq/8+127)/128*128)
+}
+
+// ParseAttention reads "plain", "chunked" (blocks chosen by AutoAttentionBlock), "chunked=BLOCK" or
 // "chunked=QUERIESxKEYS" (e.g. "chunked=512x8192").
 func ParseAttention(s string) (Attention, error) {
 	kind, sizes, err := parseChunking(s, "attention", "plain|chunked[=BLOCK|=QUERIESxKEYS]")
 	if err != nil || kind == "plain" {
 		return Attention{}, err
 	}
+	a := Attention{Chunked: true}
 	if sizes == "" {
-		return Attention{Block: DefaultAttentionBlock}, nil
+		return a, nil
 	}
 	queries, keys, hasKeys := strings.Cut(sizes, "x")
-	a := Attention{}
 	if a.Block, err = positive(queries, "attention block"); err != nil {
 		return Attention{}, err
 	}
@@ -59,8 +71,10 @@ func ParseAttention(s string) (Attention, error) {
 // String is the form ParseAttention reads.
 func (a Attention) String() string {
 	switch {
-	case a.Block == 0:
+	case !a.Chunked:
 		return "plain"
+	case a.Block == 0:
+		return "chunked"
 	case a.KeyBlock == 0 || a.KeyBlock == a.Block:
 		return fmt.Sprintf("chunked=%d", a.Block)
 	default:
@@ -68,12 +82,28 @@ func (a Attention) String() string {
 	}
 }
 
-// Validate returns an error naming a negative block, or a key block without a block.
+// Validate returns an error naming a negative block, blocks without Chunked, or a key block
+// without a block.
 func (a Attention) Validate() error {
-	if a.Block < 0 || a.KeyBlock < 0 || (a.Block == 0 && a.KeyBlock != 0) {
-		return fmt.Errorf("attention %+v: blocks must be positive (Block 0 is plain attention, which has no key block)", a)
+	if a.Block < 0 || a.KeyBlock < 0 || (!a.Chunked && a.Block+a.KeyBlock > 0) || (a.Block == 0 && a.KeyBlock != 0) {
+		return fmt.Errorf("attention %+v: blocks must be positive, need Chunked, and a key block needs a block", a)
 	}
 	return nil
+}
+
+// Blocks returns the query and key blocks a uses at sequence length seq (0, 0 for plain).
+func (a Attention) Blocks(seq int) (queries, keys int) {
+	if !a.Chunked {
+		return 0, 0
+	}
+	queries, keys = a.Block, a.KeyBlock
+	if queries == 0 {
+		queries = AutoAttentionBlock(seq)
+	}
+	if keys == 0 {
+		keys = queries
+	}
+	return queries, keys
 }
 
 // Core returns the attention core a computes with: PlainAttention, or ChunkedAttentionBlocks with
@@ -82,15 +112,12 @@ func (a Attention) Core() func(q, k, v *graph.Node, softmaxDType dtypes.DType) *
 	if err := a.Validate(); err != nil {
 		panic("layers.Attention.Core: " + err.Error())
 	}
-	if a.Block == 0 {
+	if !a.Chunked {
 		return PlainAttention
 	}
-	keys := a.KeyBlock
-	if keys == 0 {
-		keys = a.Block
-	}
 	return func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
-		return ChunkedAttentionBlocks(q, k, v, softmaxDType, a.Block, keys)
+		queries, keys := a.Blocks(q.Shape().Dim(1))
+		return ChunkedAttentionBlocks(q, k, v, softmaxDType, queries, keys)
 	}
 }
 

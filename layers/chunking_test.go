@@ -17,9 +17,9 @@ import (
 func TestParseAttention(t *testing.T) {
 	for s, want := range map[string]layers.Attention{
 		"plain":            {},
-		"chunked":          {Block: layers.DefaultAttentionBlock},
-		"chunked=256":      {Block: 256},
-		"chunked=512x8192": {Block: 512, KeyBlock: 8192},
+		"chunked":          {Chunked: true},
+		"chunked=256":      {Chunked: true, Block: 256},
+		"chunked=512x8192": {Chunked: true, Block: 512, KeyBlock: 8192},
 	} {
 		got, err := layers.ParseAttention(s)
 		if err != nil || got != want {
@@ -56,8 +56,18 @@ func TestParseCrossEntropy(t *testing.T) {
 	if err := (layers.CrossEntropy{Chunk: -1}).Validate(); err == nil {
 		t.Error("CrossEntropy{Chunk: -1}.Validate() = nil, want an error")
 	}
-	if err := (layers.Attention{KeyBlock: 4}).Validate(); err == nil {
-		t.Error("Attention{KeyBlock: 4}.Validate() = nil, want an error (a key block without a block)")
+	for _, bad := range []layers.Attention{{Chunked: true, KeyBlock: 4}, {Block: 4}, {Chunked: true, Block: -1}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v.Validate() = nil, want an error", bad)
+		}
+	}
+	for seq, want := range map[int][2]int{100: {1024, 1024}, 8192: {1024, 1024}, 16384: {2048, 2048}, 20000: {2560, 2560}} {
+		if q, k := (layers.Attention{Chunked: true}).Blocks(seq); q != want[0] || k != want[1] {
+			t.Errorf("automatic blocks at seq %d: %d x %d, want %v", seq, q, k, want)
+		}
+	}
+	if q, k := (layers.Attention{Chunked: true, Block: 64, KeyBlock: 256}).Blocks(1000); q != 64 || k != 256 {
+		t.Errorf("blocks 64x256 at seq 1000: %d x %d", q, k)
 	}
 }
 
@@ -77,7 +87,7 @@ func TestSetAttention(t *testing.T) {
 	}
 	want := run(layers.Attention{})
 	ctx = ctx.Reuse()
-	got := run(layers.Attention{Block: 4})
+	got := run(layers.Attention{Chunked: true, Block: 4})
 	got = got[:len(want)] // the second run also differentiates the random state the first one created
 	if slices.EqualFunc(got, want, slices.Equal) {
 		t.Error("the chunked layer's results are bit for bit the plain layer's: the Attention set on the context was not used")

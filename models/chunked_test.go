@@ -114,7 +114,7 @@ func TestLlamaChunkedMatchesPlain(t *testing.T) {
 		}
 		for _, backend := range backends {
 			compareChunked(t, backend, m, func(ctx *context.Context) {
-				layers.SetAttention(ctx, layers.Attention{Block: 16})
+				layers.SetAttention(ctx, layers.Attention{Chunked: true, Block: 16})
 				layers.SetCrossEntropy(ctx, layers.CrossEntropy{Chunk: 32})
 			}, tokenBatch(3, config.Vocab, 2, 45))
 		}
@@ -131,6 +131,6 @@ func TestGPTChunkedAttentionMatchesPlain(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareChunked(t, testkit.Embedded(), m, func(ctx *context.Context) {
-		layers.SetAttention(ctx, layers.Attention{Block: 16})
+		layers.SetAttention(ctx, layers.Attention{Chunked: true, Block: 16})
 	}, tokenBatch(4, config.Vocab, 2, 45))
 }
