@@ -11,6 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
@@ -203,3 +204,51 @@ func TestChunkedCrossEntropyRejectsBadInput(t *testing.T) {
 }
 
 func posInf() float64 { return math.Inf(1) }
+
+// TestDenseProjectionMatchesDense: the chunked loss of DenseProjection's kernel and bias equals
+// the plain loss of Dense's logits (the same variables), value and gradients of the input, kernel
+// and bias, in float32.
+func TestDenseProjectionMatchesDense(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	x := randomTensor(rng, lossBatch, lossSeq, lossWidth)
+	labels := make([]int32, lossBatch*lossSeq)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(lossVocab))
+	}
+	labelsT := tensors.FromFlatDataAndDimensions(labels, lossBatch, lossSeq)
+	ctx := context.New()
+	run := func(chunked bool) [][]float64 {
+		return testkit.RunContext(t, testkit.Embedded(), ctx, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+			h := graph.ConvertDType(xs[0], dtypes.Float32)
+			out := ctx.In("output_layer")
+			var sum *graph.Node
+			if chunked {
+				sum, _ = layers.ChunkedCrossEntropySum(h, layers.DenseProjection(out, h.Graph(), lossWidth, lossVocab), xs[1], nil, 5)
+			} else {
+				sum, _ = mixed.SoftmaxCrossEntropySum(layers.Dense(out, h, lossVocab), xs[1], nil)
+			}
+			wrt := []*graph.Node{h}
+			for v := range ctx.IterVariables() {
+				if v.Trainable {
+					wrt = append(wrt, v.ValueGraph(h.Graph()))
+				}
+			}
+			return append([]*graph.Node{sum}, graph.Gradient(sum, wrt...)...)
+		}, x, labelsT)
+	}
+	want := run(false)
+	ctx = ctx.Reuse()
+	got := run(true)
+	if len(got) != 4 || len(want) != 4 {
+		t.Fatalf("got %d and %d outputs, want 4 (loss, x, kernel, bias)", len(got), len(want))
+	}
+	for i, name := range []string{"loss", "x", "kernel", "bias"} {
+		limit := 1e-5
+		if i == 0 {
+			limit = 1e-6
+		}
+		if rel := testkit.RelL2(got[i], want[i]); rel > limit {
+			t.Errorf("%s: chunked differs from Dense by %.2g relative L2, want <= %g", name, rel, limit)
+		}
+	}
+}

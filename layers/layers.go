@@ -37,15 +37,7 @@ func DenseGeneral(ctx *context.Context, x *graph.Node, inAxes int, features ...i
 	if inAxes < 1 || inAxes > x.Rank() {
 		panic(fmt.Sprintf("layers.DenseGeneral: cannot contract the last %d axes of %s", inAxes, x.Shape()))
 	}
-	g := x.Graph()
-	inDims := x.Shape().Dimensions[x.Rank()-inAxes:]
-	fanIn := 1
-	for _, d := range inDims {
-		fanIn *= d
-	}
-	kernelShape := shapes.Make(p.Param, append(append([]int{}, inDims...), features...)...)
-	kernel := ctx.WithInitializer(lecunNormal(ctx, fanIn)).VariableWithShape("kernel", kernelShape).ValueGraph(g)
-	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, features...)).ValueGraph(g)
+	kernel, bias := denseVariables(ctx, x.Graph(), x.Shape().Dimensions[x.Rank()-inAxes:], features)
 	contract := make([]int, inAxes)
 	kernelAxes := make([]int, inAxes)
 	for i := range inAxes {
@@ -55,6 +47,28 @@ func DenseGeneral(ctx *context.Context, x *graph.Node, inAxes int, features ...i
 	y := graph.DotGeneral(p.CastToCompute(x), contract, nil, p.CastToCompute(kernel), kernelAxes, nil)
 	y = remat.NameDot(y, "")
 	return Note(ctx, "Dense", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, ograph.NegativeZeroFrom(y))))
+}
+
+// denseVariables returns DenseGeneral's kernel [inDims..., features...] (LeCun normal, in the
+// policy's param dtype) and bias [features...] (zeros) in scope ctx, creating them if needed.
+func denseVariables(ctx *context.Context, g *graph.Graph, inDims, features []int) (kernel, bias *graph.Node) {
+	p := mixed.PolicyOf(ctx)
+	fanIn := 1
+	for _, d := range inDims {
+		fanIn *= d
+	}
+	kernelShape := shapes.Make(p.Param, append(append([]int{}, inDims...), features...)...)
+	kernel = ctx.WithInitializer(lecunNormal(ctx, fanIn)).VariableWithShape("kernel", kernelShape).ValueGraph(g)
+	bias = ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, features...)).ValueGraph(g)
+	return kernel, bias
+}
+
+// DenseProjection is Dense(ctx, x, features) for x of width in as a Projection (kernel [in,
+// features] and bias, created as Dense creates them): for a loss that applies the output layer
+// itself, chunk by chunk (ChunkedCrossEntropySum).
+func DenseProjection(ctx *context.Context, g *graph.Graph, in, features int) Projection {
+	kernel, bias := denseVariables(ctx, g, []int{in}, []int{features})
+	return Projection{Weight: kernel, Bias: bias}
 }
 
 // LayerNorm normalizes x over its last axis with statistics in float32, then applies a gain
