@@ -51,6 +51,11 @@ func runBench(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *plotFile != "" {
+		if err := checkOutputFile("plot", *plotFile); err != nil {
+			return err
+		}
+	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return err
@@ -66,23 +71,41 @@ func runBench(args []string, w io.Writer) error {
 		opts.Steps = 0
 	}
 	rows := plan.Bench(backend, base, opts)
-	if *plotFile != "" {
+	failed := benchFailed(rows)
+	if *plotFile != "" && failed == nil {
 		if err := plotBench(*plotFile, modelTitle(base), rows); err != nil {
 			return err
 		}
 	}
 	if *asJSON {
-		return writeJSON(w, struct {
+		if err := writeJSON(w, struct {
 			Config  string     `json:"config"`
 			Backend string     `json:"backend"`
 			Rows    []benchRow `json:"rows"`
-		}{describe(base), spec.String(), rows})
+		}{describe(base), spec.String(), rows}); err != nil {
+			return err
+		}
+		return failed
 	}
 	writeBenchTable(w, rows, spec.Kind == "xla")
-	if *plotFile != "" {
+	if *plotFile != "" && failed == nil {
 		fmt.Fprintf(w, "plot: %s\n", *plotFile)
 	}
-	return nil
+	return failed
+}
+
+// benchFailed returns an error when every configuration of the grid failed (the table of errors
+// is printed all the same), naming the first error; nil when one at least was measured.
+func benchFailed(rows []benchRow) error {
+	for _, r := range rows {
+		if r.Error == "" {
+			return nil
+		}
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("the grid has no configuration")
+	}
+	return fmt.Errorf("all %d configurations failed; the first: %s", len(rows), rows[0].Error)
 }
 
 func writeBenchTable(w io.Writer, rows []benchRow, xla bool) {

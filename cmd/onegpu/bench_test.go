@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	ograph "github.com/onegpu/onegpu/graph"
@@ -45,5 +46,36 @@ func TestBenchOrdering(t *testing.T) {
 		if act[v] >= act[one] {
 			t.Errorf("%s: activations %d with 4 micro-batches, %d with 1; want fewer with 4", v, act[v], act[one])
 		}
+	}
+}
+
+// TestBenchAllFailed: a grid whose every configuration fails (16 devices on the embedded
+// backend) still prints its rows, and exits with an error naming the first failure.
+func TestBenchAllFailed(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	err := runBench([]string{"--devices", "16", "--estimate-only", "--json"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "all 12 configurations failed") || !strings.Contains(err.Error(), "--devices 16") {
+		t.Errorf("bench on 16 devices of the embedded backend = %v, want an error: every configuration failed", err)
+	}
+	var r struct{ Rows []benchRow }
+	if jerr := json.Unmarshal(out.Bytes(), &r); jerr != nil || len(r.Rows) != 12 {
+		t.Errorf("the failed rows are not printed (%v): %s", jerr, out.String())
+	}
+	// As a user runs it: exit status 1.
+	if code, stderr := runCLI(t, "bench", "--devices", "16", "--estimate-only"); code != 1 || !strings.Contains(stderr, "all 12 configurations failed") {
+		t.Errorf("exit status %d, stderr %q; want 1 and the failure", code, stderr)
+	}
+}
+
+// TestBenchChecksThePlotFirst: a plot that cannot be written is refused before the grid runs.
+func TestBenchChecksThePlotFirst(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	err := runBench([]string{"--plot", "/nonexistent/g.png", "--json"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "--plot /nonexistent/g.png: the folder /nonexistent does not exist") || out.Len() > 0 {
+		t.Errorf("bench --plot /nonexistent/g.png = %v, printed %q: want a refusal before any work", err, out.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
@@ -75,6 +76,8 @@ type compareOptions struct {
 	jaxRuntime string
 	asJSON     bool
 	jsonFile   string
+	// jaxTimeout bounds each run of the reference.
+	jaxTimeout time.Duration
 	// memoryOnly compiles both sides' steps without training; hloDir is where XLA dumps
 	// onegpu's optimized step for the census (empty on the embedded backend).
 	memoryOnly bool
@@ -110,6 +113,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 	fs.StringVar(&o.accumulate, "jax-accumulate", "auto", "the reference's micro-batch loop: auto (the tutorial's: scan for gpt, loop for mlp), loop or scan")
 	fs.StringVar(&o.layerDTyp, "jax-layer-dtypes", "flax", "where the reference's LayerNorm and Embed cast in bfloat16: flax (the tutorial's layers) or onegpu (onegpu's placement)")
 	fs.StringVar(&o.jaxRuntime, "jax-runtime", "plugin", "where the reference runs with an XLA backend: plugin (onegpu's PJRT plugin: one runtime for both sides, so step times compare the programs) or own (JAX's own runtime: on CPU jaxlib's built-in client, a different build)")
+	fs.DurationVar(&o.jaxTimeout, "jax-timeout", 30*time.Minute, "stop the reference when one configuration runs longer than this, e.g. 90s, 2h (a reference that hangs is reported, and the next configuration runs)")
 	fs.BoolVar(&o.memoryOnly, "memory-only", false, "compile both sides' train steps without training: XLA's compiled memory, the HLO census and the build+compile time (minutes at tutorial scale)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.jsonFile, "json-file", "", "also write the JSON object to this file, with the tables on stdout (default: no file)")
@@ -121,6 +125,9 @@ func runCompare(args []string, w, progress io.Writer) error {
 	}
 	if _, err := referenceOptimizerArgs(o.optimizer, 0); err != nil {
 		return fmt.Errorf("--optimizer %s: %w", o.optimizer, err)
+	}
+	if o.jaxTimeout <= 0 {
+		return fmt.Errorf("--jax-timeout %v: give the reference a positive time, e.g. 30m", o.jaxTimeout)
 	}
 	for _, tol := range []struct {
 		name  string
@@ -159,6 +166,16 @@ func runCompare(args []string, w, progress io.Writer) error {
 	}
 	for _, c := range o.configs { // every configuration is readable before any runs
 		if _, _, err := compareConfig(c, o.backend, o.optimizer); err != nil {
+			return err
+		}
+	}
+	if o.jsonFile != "" { // and every output can be written
+		if err := checkOutputFile("json-file", o.jsonFile); err != nil {
+			return err
+		}
+	}
+	if o.keep != "" {
+		if err := checkOutputFolder("keep", o.keep); err != nil {
 			return err
 		}
 	}

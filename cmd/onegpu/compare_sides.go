@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,22 +224,34 @@ func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compil
 	if compileOnly {
 		args = append(args, "--compile-only")
 	}
-	cmd := exec.CommandContext(context.Background(), o.python, args...)
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = comparePrefixWriter{w: progress, prefix: "   "}
+	ctx, cancel := context.WithTimeout(context.Background(), o.jaxTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, o.python, args...)
+	cmd.WaitDelay = 5 * time.Second // do not wait on output pipes a killed reference left open
+	stdout := &tailBuffer{limit: compareStdoutLimit}
+	echo := newBoundedEcho(progress, "   ")
+	cmd.Stdout, cmd.Stderr = stdout, echo
 	fmt.Fprintf(progress, "   JAX: %s %s\n", o.python, strings.Join(args, " "))
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	echo.finish()
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("the JAX reference (%s %s) ran past --jax-timeout %v and was stopped: "+
+			"give it more time (--jax-timeout 2h) or fewer --steps", o.python, o.script, o.jaxTimeout)
+	case err != nil:
 		return nil, fmt.Errorf("the JAX reference (%s %s) failed: %w", o.python, o.script, err)
 	}
 	// The result is the whole output, or its last line if a library printed something before it.
 	var side compareSide
 	text := strings.TrimSpace(stdout.String())
-	if err := json.Unmarshal([]byte(text), &side); err != nil {
+	if err := json.Unmarshal([]byte(text), &side); err != nil || stdout.cut() > 0 {
 		lastLine := text[strings.LastIndex(text, "\n")+1:]
 		if err := json.Unmarshal([]byte(lastLine), &side); err != nil {
-			return nil, fmt.Errorf("the JAX reference printed no JSON result (%v): %q", err, stdout.String())
+			return nil, fmt.Errorf("the JAX reference printed no JSON result (%v): %s", err, quoteTail(stdout.String(), stdout.cut()))
 		}
+	}
+	if err := side.checkSteps(compileOnly); err != nil {
+		return nil, fmt.Errorf("the JAX reference's result: %w", err)
 	}
 	side.MemoryKind = "xla_compiled"
 	if c, err := ograph.ReadHLOCensus(hlo); err == nil {

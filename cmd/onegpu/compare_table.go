@@ -34,7 +34,9 @@ func (r *compareResult) writeTable(w io.Writer) {
 		row(fmt.Sprintf("loss at step %d", n), fmt.Sprintf("%.6f", o.Loss[n-1]), fmt.Sprintf("%.6f", j.Loss[n-1]),
 			fmt.Sprintf("Δ %.1e", r.LossRelDiff[n-1]))
 		row(fmt.Sprintf("largest Δ over %d steps", n), "", "", fmt.Sprintf("%.1e", r.MaxRelDiff))
-		row(fmt.Sprintf("accuracy at step %d", n), fmt.Sprintf("%.4f", o.Accuracy[n-1]), fmt.Sprintf("%.4f", j.Accuracy[n-1]), "")
+		if len(o.Accuracy) >= n && len(j.Accuracy) >= n { // runJAXSide checks the lists' lengths
+			row(fmt.Sprintf("accuracy at step %d", n), fmt.Sprintf("%.4f", o.Accuracy[n-1]), fmt.Sprintf("%.4f", j.Accuracy[n-1]), "")
+		}
 		row("first step (compiles)", fmt.Sprintf("%.2f s", o.FirstStepSeconds), fmt.Sprintf("%.2f s", j.FirstStepSeconds),
 			compareRatio(o.FirstStepSeconds, j.FirstStepSeconds))
 	} else {

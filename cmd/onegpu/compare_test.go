@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -123,13 +124,19 @@ func stepRatio(c *compareResult) string {
 // the given JSON whatever its arguments.
 func fakeReference(t *testing.T, result string) (python, script string) {
 	t.Helper()
+	body := "cat <<'EOF'\n" + result + "\nEOF\n"
+	if result == "" {
+		body = "echo 'Traceback: no module named jax' >&2\nexit 3\n"
+	}
+	return fakeReferenceScript(t, body)
+}
+
+// fakeReferenceScript writes a stand-in for the reference that runs the shell commands body.
+func fakeReferenceScript(t *testing.T, body string) (python, script string) {
+	t.Helper()
 	dir := t.TempDir()
 	python = filepath.Join(dir, "python")
-	body := "#!/bin/sh\ncat <<'EOF'\n" + result + "\nEOF\n"
-	if result == "" {
-		body = "#!/bin/sh\necho 'Traceback: no module named jax' >&2\nexit 3\n"
-	}
-	if err := os.WriteFile(python, []byte(body), 0o755); err != nil {
+	if err := os.WriteFile(python, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	script = filepath.Join(dir, "tutorial.py")
@@ -152,6 +159,7 @@ func TestCompareDisagreement(t *testing.T) {
 			"DISAGREE"},
 		{"failing reference", "", "the JAX reference"},
 		{"too few steps", `{"loss": [1.0], "accuracy": [0], "step_seconds": [1]}`, "the reference trained 1 steps, onegpu 2"},
+		{"short accuracy list", `{"loss": [1.0, 1.0], "accuracy": [0], "step_seconds": [1, 1]}`, "1 accuracies for 2 steps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			python, script := fakeReference(t, tc.result)
@@ -168,6 +176,50 @@ func TestCompareDisagreement(t *testing.T) {
 	}
 }
 
+// TestCompareBoundsTheReference: a reference that hangs is stopped after --jax-timeout, and one
+// that floods its output is echoed and quoted in bounded pieces, with a note of how much was
+// left out; the result on its last line is still read.
+func TestCompareBoundsTheReference(t *testing.T) {
+	const flood = 20 << 20 // bytes on each stream
+	result := `{"framework": "jax", "loss": [1.0, 1.0], "accuracy": [0, 0], "step_seconds": [1, 1]}`
+	for _, tc := range []struct {
+		name, body string
+		args       []string
+		want       string // in the configuration's error, or "" for a result that was read
+	}{
+		{"hangs", "exec sleep 600\n", []string{"--jax-timeout", "1s"}, "ran past --jax-timeout 1s and was stopped"},
+		{"floods, then the result", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' e >&2\nhead -c %d /dev/zero | tr '\\0' o\necho\necho '%s'\n", flood, flood, result), nil, ""},
+		{"floods, no result", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' o\n", flood), nil, "bytes left out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			python, script := fakeReferenceScript(t, tc.body)
+			var out, progress bytes.Buffer
+			args := append([]string{"--json", "--steps", "2", "--backend", "go", "--python", python, "--script", script, "--config", "--model mlp --batch 64"}, tc.args...)
+			_ = runCompare(args, &out, &progress)
+			var report compareReport
+			if err := json.Unmarshal(out.Bytes(), &report); err != nil || len(report.Configs) != 1 {
+				t.Fatalf("compare printed no report (%v): %.2000s", err, out.String())
+			}
+			c := report.Configs[0]
+			switch {
+			case tc.want == "" && (c.Error != "" || c.JAX == nil || len(c.JAX.Loss) != 2):
+				t.Errorf("the result was not read: error %q", c.Error)
+			case tc.want != "" && !strings.Contains(c.Error, tc.want):
+				t.Errorf("error %q, want one containing %q", c.Error, tc.want)
+			}
+			if len(c.Error) > 4<<10 {
+				t.Errorf("an error of %d bytes: %.300s...", len(c.Error), c.Error)
+			}
+			if progress.Len() > 2*(compareEchoHead+compareEchoTail)+64<<10 {
+				t.Errorf("echoed %d bytes of progress for a reference that wrote %d", progress.Len(), flood)
+			}
+			if strings.Contains(tc.body, ">&2") && !strings.Contains(progress.String(), "bytes of the reference's output left out") {
+				t.Errorf("the echo does not say what it left out:\n%.500s", progress.String())
+			}
+		})
+	}
+}
+
 func TestCompareConfigErrors(t *testing.T) {
 	python, script := fakeReference(t, "{}")
 	for _, tc := range []struct {
@@ -178,11 +230,20 @@ func TestCompareConfigErrors(t *testing.T) {
 		{[]string{"--steps", "0"}, "--steps 0"},
 		{[]string{"--jax-runtime", "cuda"}, `unknown --jax-runtime "cuda": use plugin, own`},
 		{[]string{"--script", "/nonexistent/tutorial.py"}, "--script"},
+		{[]string{"--jax-timeout", "0s"}, "--jax-timeout 0s: give the reference a positive time"},
+		// Outputs are checked before anything runs (progress stays empty, below).
+		{[]string{"--config", "--model mlp --batch 64", "--steps", "1", "--json-file", "/nonexistent/x.json"}, "--json-file /nonexistent/x.json: the folder /nonexistent does not exist"},
+		{[]string{"--config", "--model mlp --batch 64", "--steps", "1", "--json-file", os.TempDir()}, "--json-file " + os.TempDir() + ": is a folder"},
+		{[]string{"--config", "--model mlp --batch 64", "--steps", "1", "--keep", "/etc/passwd/kept"}, "--keep /etc/passwd/kept: the folder /etc/passwd/kept goes through a file"},
 	} {
 		args := append([]string{"--python", python, "--script", script}, tc.args...) // a later --script wins
-		err := runCompare(args, &bytes.Buffer{}, &bytes.Buffer{})
+		var progress bytes.Buffer
+		err := runCompare(args, &bytes.Buffer{}, &progress)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("compare %v = %v, want an error containing %q", tc.args, err, tc.want)
+		}
+		if progress.Len() > 0 {
+			t.Errorf("compare %v ran before refusing:\n%s", tc.args, progress.String())
 		}
 	}
 	// A bad --config stops compare before any configuration runs, even one given before it.

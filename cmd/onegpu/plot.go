@@ -44,10 +44,23 @@ func plotLosses(file, title string, names []string, histories []*train.History) 
 		}
 	}
 	p.Legend.Top = true
-	if err := p.Save(8*vg.Inch, 4*vg.Inch, file); err != nil {
-		return fmt.Errorf("writing the loss curve to %s: %w", file, err)
+	img := vgimg.New(8*vg.Inch, 4*vg.Inch)
+	p.Draw(draw.New(img))
+	return writePNG(file, img)
+}
+
+// writePNG writes img to file as PNG, whatever the file's extension (plot.Save would choose the
+// format by the extension and fail, after the work, on one it does not know).
+func writePNG(file string, img *vgimg.Canvas) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
 	}
-	return nil
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return f.Close()
 }
 
 // plotBench writes two bar charts, one above the other: the estimated peak memory and the step
@@ -89,15 +102,7 @@ func plotBench(file, heading string, rows []benchRow) error {
 	for i, row := range plot.Align(plots, tiles, canvas) {
 		plots[i][0].Draw(row[0])
 	}
-	f, err := os.Create(file)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", file, err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", file, err)
-	}
-	return f.Close()
+	return writePNG(file, img)
 }
 
 func shortDType(name string) string {

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -78,12 +77,15 @@ func runTrain(args []string, w io.Writer) error {
 	// Everything that can refuse the run does so before any work: output paths, the checkpoint
 	// folder (lock, damage, config), memory.
 	if *plotFile != "" {
-		if err := checkWritable(*plotFile); err != nil {
-			return fmt.Errorf("--plot: %w", err)
+		if err := checkOutputFile("plot", *plotFile); err != nil {
+			return err
 		}
 	}
 	var store *checkpoint.Folder
 	if *checkpointDir != "" {
+		if err := checkOutputFolder("checkpoint", *checkpointDir); err != nil {
+			return err
+		}
 		if store, err = train.OpenCheckpoints(*checkpointDir, config, *keep); err != nil {
 			return err
 		}
@@ -180,21 +182,6 @@ func finiteSteps(h *train.History) *train.History {
 		}
 	}
 	return &out
-}
-
-// checkWritable returns an error when file cannot be created (its folder missing or read-only),
-// without leaving anything behind.
-func checkWritable(file string) error {
-	dir := filepath.Dir(file)
-	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
-		return fmt.Errorf("cannot write %s: the folder %s does not exist", file, dir)
-	}
-	probe, err := os.CreateTemp(dir, ".onegpu-write-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: the folder %s is not writable", file, dir)
-	}
-	probe.Close()
-	return os.Remove(probe.Name())
 }
 
 // checkMemory refuses a step whose estimated peak (graph.Analyze of the train step, what `onegpu

@@ -62,22 +62,29 @@ func TestTrainDivergingKeepsCheckpoints(t *testing.T) {
 	}
 }
 
-// TestTrainChecksBeforeWork: output paths, flag values and memory are checked before anything is
-// built, trained or allocated.
+// TestTrainChecksBeforeWork: output paths (a folder for the plot, a loop of symbolic links, a
+// missing folder), flag values and memory are checked before anything is built, trained or
+// allocated, with messages that name the flag and the path.
 func TestTrainChecksBeforeWork(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
 	dir := t.TempDir()
+	if err := os.Symlink("loop", filepath.Join(dir, "loop")); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--plot", "/nonexistent/x.png", "--json"}, "--plot: cannot write /nonexistent/x.png: the folder /nonexistent does not exist"},
+		{[]string{"--plot", "/nonexistent/x.png", "--json"}, "--plot /nonexistent/x.png: the folder /nonexistent does not exist"},
+		{[]string{"--plot", dir, "--json"}, "--plot " + dir + ": is a folder: name a file, e.g. " + filepath.Join(dir, "plot.png")},
+		{[]string{"--plot", filepath.Join(dir, "loop"), "--json"}, "runs into a loop of symbolic links"},
+		{[]string{"--checkpoint", filepath.Join(dir, "loop", "ck")}, "--checkpoint " + filepath.Join(dir, "loop", "ck") + ": the folder " + filepath.Join(dir, "loop", "ck") + " runs into a loop of symbolic links"},
 		{[]string{"--save-every", "0", "--checkpoint", dir}, "--save-every 0: must be at least 1"},
 		{[]string{"--keep", "0", "--checkpoint", dir}, "--keep 0: must be at least 1"},
 		{[]string{"--keep", "3"}, "--keep does not apply: it needs --checkpoint DIR"},
 		{[]string{"--batch", "100000000"}, "this machine has"},
-		{[]string{"--checkpoint", filepath.Join(dir, "file", "sub")}, "checkpoint folder"},
+		{[]string{"--checkpoint", filepath.Join(dir, "file", "sub")}, "goes through a file, not a folder"},
 	} {
 		if c.args[0] == "--checkpoint" {
 			if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o666); err != nil {

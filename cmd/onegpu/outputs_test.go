@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestOutputPaths: checkOutputFile and checkOutputFolder refuse what cannot take the output,
+// naming the flag and the path, leave nothing behind, and accept what can: a new file in a
+// writable folder, an existing file (unchanged), a named pipe (not opened), a folder to create.
+func TestOutputPaths(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "existing.json")
+	if err := os.WriteFile(file, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("loop", filepath.Join(dir, "loop")); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path, want string // want "" for a path that must be accepted
+	}{
+		{filepath.Join(dir, "new.json"), ""},
+		{file, ""},
+		{fifo, ""},
+		{dir, "--json-file " + dir + ": is a folder: name a file, e.g. " + filepath.Join(dir, "result.json")},
+		{filepath.Join(dir, "loop"), "runs into a loop of symbolic links"},
+		{filepath.Join(dir, "loop", "x.json"), "runs into a loop of symbolic links"},
+		{filepath.Join(dir, "missing", "x.json"), "the folder " + filepath.Join(dir, "missing") + " does not exist"},
+		{filepath.Join(file, "x.json"), file + " is not a folder"},
+	} {
+		err := checkOutputFile("json-file", c.path)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path)) {
+			t.Errorf("checkOutputFile(%s) = %v, want %q", c.path, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		path, want string
+	}{
+		{dir, ""},
+		{filepath.Join(dir, "a", "b"), ""},
+		{file, file + " is not a folder"},
+		{filepath.Join(file, "sub"), "goes through a file, not a folder"},
+		{filepath.Join(dir, "loop", "sub"), "runs into a loop of symbolic links"},
+	} {
+		err := checkOutputFolder("keep", c.path)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "--keep "+c.path)) {
+			t.Errorf("checkOutputFolder(%s) = %v, want %q", c.path, err, c.want)
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "keep me" {
+		t.Errorf("the existing file changed: %q, %v", b, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 3 {
+		t.Errorf("the checks left files behind or created folders: %v, %v", entries, err)
+	}
+	if os.Geteuid() != 0 { // root writes anywhere
+		ro := filepath.Join(dir, "ro")
+		if err := os.Mkdir(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkOutputFile("plot", filepath.Join(ro, "x.png")); err == nil || !strings.Contains(err.Error(), "is not writable") {
+			t.Errorf("a read-only folder: %v", err)
+		}
+	}
+}
