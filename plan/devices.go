@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/gomlx/gomlx/backends"
@@ -40,15 +41,23 @@ func (c DeviceCandidate) Config(base train.Config) (train.Config, error) {
 }
 
 // DeviceCounts are the device counts SearchDevices tries for up to maxDevices devices: every
-// count from 1 to maxDevices that divides the batch.
+// count from 1 to maxDevices that divides the batch, in increasing order. It tries divisors up
+// to the batch's square root, so a huge maxDevices costs nothing.
 func DeviceCounts(maxDevices, batch int) []int {
-	var counts []int
-	for n := 1; n <= maxDevices; n++ {
-		if batch%n == 0 {
-			counts = append(counts, n)
+	var small, large []int
+	for n := 1; n <= batch/n; n++ {
+		if batch%n != 0 {
+			continue
+		}
+		if n <= maxDevices {
+			small = append(small, n)
+		}
+		if other := batch / n; other != n && other <= maxDevices {
+			large = append(large, other)
 		}
 	}
-	return counts
+	slices.Reverse(large)
+	return append(small, large...)
 }
 
 // SearchDevices is Search across 1 to maxDevices devices: every variant of SearchGrid on every

@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"io"
+	"math"
+	"sort"
 
 	"github.com/gomlx/gomlx/backends"
 
@@ -44,6 +46,17 @@ type Largest struct {
 	Memory  int64        `json:"memory_bytes"`
 	Variant Variant      `json:"variant"`
 	Fits    bool         `json:"fits"` // false when not even the smallest model fits
+	// Evaluations is how many model sizes the search estimated: about twice the base-2
+	// logarithm of the answer's scale, whatever the budget.
+	Evaluations int `json:"models_estimated"`
+}
+
+// MaxScale returns the largest n of ScaledGPT whose config onegpu builds (models.GPTConfig's
+// Validate: no tensor, and no parameter count, past models.MaxTensorElements): 620, a GPT of 930
+// layers × hidden 79,360 and 70 trillion parameters. LargestThatFits sizes no model beyond it.
+func MaxScale() int {
+	// Validate refuses from some n on, and every larger one: the first n it refuses, less one.
+	return sort.Search(1<<20, func(n int) bool { return n > 0 && ScaledGPT(n).Validate() != nil }) - 1
 }
 
 // leanestVariants are the tutorial's most memory-saving settings: bfloat16 compute with remat of
@@ -51,42 +64,79 @@ type Largest struct {
 // cuts activations).
 var leanestVariants = []Variant{{"bfloat16", "block", 4}, {"bfloat16", "block", 1}}
 
-// smallestFootprint returns the least memory of the leanest variants for model c with opts.
-func smallestFootprint(backend backends.Backend, base train.Config, c models.GPTConfig, opts StateOptions, compile bool) (int64, Variant, error) {
+// footprint returns the least memory of the leanest variants for model c with opts, and that
+// variant; past int64 it returns beyond (larger than any budget).
+//
+// Without compile it is the sequential estimate, which is affine in the number of layers: every
+// block is the same, so m(L) = m(1) + (L-1)·(m(2) - m(1)) exactly (TestLargestEstimateIsAffine),
+// and two builds of one and two layers give the estimate of any depth at the cost of a small
+// model. With compile it is XLA's compiled total of the whole model, which holds no such rule:
+// each size is compiled in full.
+func footprint(backend backends.Backend, base train.Config, c models.GPTConfig, opts StateOptions, compile bool) (bytes int64, beyond bool, v Variant, err error) {
 	base.Model, base.GPT, base.Batch = "gpt", c, c.Batch
 	base.Optimizer, base.Offload = opts.Optimizer, opts.Offload
-	best, bestVariant := int64(-1), Variant{}
-	for _, v := range leanestVariants {
-		config, err := v.Apply(base)
+	estimate := func(v Variant, layers int) (int64, error) {
+		config := base
+		config.GPT.Layers = layers
+		config, err := v.Apply(config)
 		if err != nil {
-			return 0, v, err
+			return 0, err
 		}
 		e, err := EstimateStep(backend, config, compile)
-		if err != nil {
-			return 0, v, err
+		return e.Memory(), err
+	}
+	found := false
+	for _, variant := range leanestVariants {
+		var m int64
+		over := false
+		if compile || c.Layers <= 2 {
+			if m, err = estimate(variant, c.Layers); err != nil {
+				return 0, false, variant, err
+			}
+		} else {
+			one, err := estimate(variant, 1)
+			if err != nil {
+				return 0, false, variant, err
+			}
+			two, err := estimate(variant, 2)
+			if err != nil {
+				return 0, false, variant, err
+			}
+			perLayer, more := two-one, int64(c.Layers-1)
+			if over = perLayer > 0 && more > (math.MaxInt64-one)/perLayer; !over {
+				m = one + more*perLayer
+			}
 		}
-		if m := e.Memory(); best < 0 || m < best {
-			best, bestVariant = m, v
+		if !found || beyond && !over || !over && m < bytes {
+			bytes, beyond, v, found = m, over, variant, true
 		}
 	}
-	return best, bestVariant, nil
+	return bytes, beyond, v, nil
 }
 
-// LargestThatFits searches ScaledGPT for the largest n whose step fits budget with opts: doubling
-// n, then bisecting. Memory grows with n, so the search is exact for the family. progress, when
-// not nil, gets one line per model tried.
+// LargestThatFits searches ScaledGPT for the largest n (up to MaxScale) whose step fits budget
+// with opts: doubling n, then bisecting, so that it estimates about 2·log2(n) sizes (Largest's
+// Evaluations), each at the cost of a one- and a two-layer model without compile. Memory grows
+// with n, so the search is exact for the family. A budget that fits even MaxScale's model is an
+// error that says so (the budget does not bound the model). progress, when not nil, gets one line
+// per model tried.
 func LargestThatFits(backend backends.Backend, base train.Config, budget int64, opts StateOptions, compile bool, progress io.Writer) (Largest, error) {
 	row := Largest{Options: opts}
 	fits := func(n int) (bool, error) {
 		c := ScaledGPT(n)
-		m, v, err := smallestFootprint(backend, base, c, opts, compile)
+		row.Evaluations++
+		m, beyond, v, err := footprint(backend, base, c, opts, compile)
 		if err != nil {
 			return false, fmt.Errorf("GPT %d layers × %d: %w", c.Layers, c.Hidden, err)
 		}
-		ok := m <= budget
+		ok := !beyond && m <= budget
 		if progress != nil {
-			fmt.Fprintf(progress, "  %-55s %2d layers × %5d (%d params): %10s %s\n", opts.Name, c.Layers, c.Hidden,
-				c.Params(), ograph.FormatBytes(m), map[bool]string{true: "fits", false: "too large"}[ok])
+			memory := ograph.FormatBytes(m)
+			if beyond {
+				memory = "> 8 EiB"
+			}
+			fmt.Fprintf(progress, "  %-55s %5d layers × %7d (%d params): %10s %s\n", opts.Name, c.Layers, c.Hidden,
+				c.Params(), memory, map[bool]string{true: "fits", false: "too large"}[ok])
 		}
 		if ok {
 			row.Layers, row.Hidden, row.Params, row.Memory, row.Variant, row.Fits = c.Layers, c.Hidden, c.Params(), m, v, true
@@ -96,6 +146,7 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 	if ok, err := fits(1); err != nil || !ok {
 		return row, err
 	}
+	top := MaxScale()
 	low, high := 1, 2 // fits(low); high is yet unknown
 	for {
 		ok, err := fits(high)
@@ -105,10 +156,12 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 		if !ok {
 			break
 		}
-		low, high = high, 2*high
-		if high > 1024 {
-			return row, fmt.Errorf("the budget fits a GPT of hidden size %d: too large to search", 128*low)
+		if high == top {
+			c := ScaledGPT(top)
+			return row, fmt.Errorf("unbounded: a budget of %s fits even the largest GPT of the tutorial's shape onegpu builds (%d layers × hidden %d, "+
+				"%d parameters; a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), c.Layers, c.Hidden, c.Params())
 		}
+		low, high = high, min(2*high, top)
 	}
 	for high-low > 1 {
 		mid := (low + high) / 2

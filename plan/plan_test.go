@@ -2,8 +2,11 @@ package plan_test
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
@@ -195,5 +198,59 @@ func TestSearchOver(t *testing.T) {
 	}
 	if !rows[0].Pareto || !rows[0].Fits || !(rows[0].Seconds < rows[1].Seconds) {
 		t.Errorf("first row %+v: want it on the front, fitting 1 TiB, faster than the second", rows[0])
+	}
+}
+
+// TestDeviceCounts: the counts are the divisors of the batch up to the devices available, in
+// order; a device count far past the batch (10^12) costs no more than the batch's divisors (the
+// call returns at once: it used to try every count up to it).
+func TestDeviceCounts(t *testing.T) {
+	for _, c := range []struct {
+		devices, batch int
+		want           []int
+	}{
+		{1, 64, []int{1}},
+		{4, 8, []int{1, 2, 4}},
+		{6, 12, []int{1, 2, 3, 4, 6}},
+		{100, 36, []int{1, 2, 3, 4, 6, 9, 12, 18, 36}},
+		{1_000_000_000_000, 16, []int{1, 2, 4, 8, 16}},
+		{1 << 62, 1 << 40, nil}, // 41 powers of two, checked below
+		{5, 7, []int{1}},
+	} {
+		done := make(chan []int, 1)
+		go func() { done <- plan.DeviceCounts(c.devices, c.batch) }()
+		var got []int
+		select {
+		case got = <-done:
+		case <-time.After(time.Minute): // a hang detector, not a speed claim: the answer takes microseconds
+			t.Fatalf("DeviceCounts(%d, %d) did not return: it must not try every count up to the devices", c.devices, c.batch)
+		}
+		if c.want == nil {
+			for i := range 41 {
+				c.want = append(c.want, 1<<i)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("DeviceCounts(%d, %d) = %v, want %v", c.devices, c.batch, got, c.want)
+		}
+	}
+}
+
+// TestThroughputRange: a throughput outside [MinTFLOPs, MaxTFLOPs] is refused by name, so that no
+// step time is infinite (a 1e-320 TFLOP/s device made plan's JSON fail on +Inf).
+func TestThroughputRange(t *testing.T) {
+	backend := backendtest.Embedded()
+	base, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rate := range []plan.Throughput{{Float32: 1e-320, BFloat16: 1}, {Float32: 1, BFloat16: 0}, {Float32: 1, BFloat16: 1e7}, {Float32: math.NaN(), BFloat16: 1}} {
+		if _, err := plan.SearchOver(plan.SearchGrid(1)[:1], backend, base, 1<<30, rate, false); err == nil || !strings.Contains(err.Error(), "TFLOP/s") {
+			t.Errorf("throughput %+v: %v, want an error naming it", rate, err)
+		}
+	}
+	rows, err := plan.SearchOver(plan.SearchGrid(1)[:1], backend, base, 1<<30, plan.Throughput{Float32: plan.MinTFLOPs, BFloat16: plan.MinTFLOPs}, false)
+	if err != nil || len(rows) != 1 || math.IsInf(rows[0].Seconds, 0) || !(rows[0].Seconds > 0) {
+		t.Errorf("the slowest throughput: %+v, %v; want a finite step time", rows, err)
 	}
 }

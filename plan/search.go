@@ -14,6 +14,26 @@ type Throughput struct {
 	Float32, BFloat16 float64
 }
 
+// The throughputs a plan takes, in TFLOP/s: from 1 MFLOP/s to 1 EFLOP/s, so that every step's
+// time (FLOPs / throughput) is a finite number of seconds.
+const (
+	MinTFLOPs = 1e-6
+	MaxTFLOPs = 1e6
+)
+
+// Validate returns an error naming a throughput outside [MinTFLOPs, MaxTFLOPs].
+func (t Throughput) Validate() error {
+	for _, r := range []struct {
+		name  string
+		value float64
+	}{{"float32", t.Float32}, {"bfloat16", t.BFloat16}} {
+		if !(r.value >= MinTFLOPs && r.value <= MaxTFLOPs) {
+			return fmt.Errorf("a %s throughput of %g TFLOP/s: give one from %g to %g TFLOP/s (1 MFLOP/s to 1 EFLOP/s)", r.name, r.value, MinTFLOPs, MaxTFLOPs)
+		}
+	}
+	return nil
+}
+
 // A5000 is an RTX A5000, the tutorial's 24 GB GPU: 27.8 TFLOP/s in float32, 111 in bfloat16 on
 // its tensor cores.
 var A5000 = Throughput{Float32: 27.8, BFloat16: 111}
@@ -44,8 +64,8 @@ func SearchOver(variants []Variant, backend backends.Backend, base train.Config,
 	if base.Model != "gpt" {
 		return nil, fmt.Errorf("model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
 	}
-	if !(rate.Float32 > 0) || !(rate.BFloat16 > 0) {
-		return nil, fmt.Errorf("throughputs %g (float32) and %g (bfloat16) TFLOP/s must be positive", rate.Float32, rate.BFloat16)
+	if err := rate.Validate(); err != nil {
+		return nil, err
 	}
 	var rows []Candidate
 	for _, v := range variants {

@@ -29,7 +29,7 @@ func runPlan(args []string, w io.Writer) error {
 	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--devices N] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tutorial")
-	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB; above 8 EiB reads as 8 EiB, where everything fits")
+	budgetText := fs.String("budget", "24GiB", "device memory available for the train step, e.g. 24GiB, 80GB, 16000MiB; at most 8EiB")
 	tflopsF32 := fs.Float64("tflops-f32", plan.A5000.Float32, "assumed float32 throughput in TFLOP/s (default: an RTX A5000, the tutorial's 24 GB GPU)")
 	tflopsBF16 := fs.Float64("tflops-bf16", plan.A5000.BFloat16, "assumed bfloat16 tensor-core throughput in TFLOP/s")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
@@ -57,8 +57,13 @@ func runPlan(args []string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--budget: %w", err)
 	}
-	if *tflopsF32 <= 0 || *tflopsBF16 <= 0 {
-		return fmt.Errorf("--tflops-f32 %g and --tflops-bf16 %g must be positive", *tflopsF32, *tflopsBF16)
+	for _, t := range []struct {
+		name  string
+		value float64
+	}{{"tflops-f32", *tflopsF32}, {"tflops-bf16", *tflopsBF16}} {
+		if !(t.value >= plan.MinTFLOPs && t.value <= plan.MaxTFLOPs) {
+			return fmt.Errorf("--%s %g: an assumed throughput is from %g to %g TFLOP/s (1 MFLOP/s to 1 EFLOP/s)", t.name, t.value, plan.MinTFLOPs, plan.MaxTFLOPs)
+		}
 	}
 	base, err := s.config()
 	if err != nil {
@@ -150,13 +155,15 @@ func memorySource(xla bool) string {
 	return "the sequential-execution estimate"
 }
 
-// parseBytes reads sizes like "24GiB", "80GB", "512MiB", "1.5TiB" or a plain number of bytes.
+// parseBytes reads sizes like "24GiB", "80GB", "512MiB", "1.5TiB", "8EiB" or a plain number of
+// bytes. 8 EiB (2^63 bytes) reads as the largest size, one byte less; a larger one is an error
+// that says it is too large.
 func parseBytes(s string) (int64, error) {
 	units := []struct {
 		suffix string
 		factor float64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	}{{"EiB", 1 << 60}, {"PiB", 1 << 50}, {"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"EB", 1e18}, {"PB", 1e15}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
 	text := strings.TrimSpace(s)
 	factor := 1.0
 	for _, u := range units {
@@ -165,17 +172,30 @@ func parseBytes(s string) (int64, error) {
 			break
 		}
 	}
+	tooLarge := fmt.Errorf("%q is too large: sizes go up to 8EiB (%d bytes)", s, int64(math.MaxInt64))
+	if factor == 1 && strings.Trim(text, "0123456789") == "" && text != "" { // a whole number of bytes: exact
+		n, err := strconv.ParseInt(text, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			return 0, tooLarge
+		case err == nil && n > 0:
+			return n, nil
+		}
+	}
 	v, err := strconv.ParseFloat(text, 64)
-	if errors.Is(err, strconv.ErrRange) && v > 0 { // past float64: still a size, and larger than any
-		return math.MaxInt64, nil
+	if errors.Is(err, strconv.ErrRange) && v > 0 { // past float64
+		return 0, tooLarge
 	}
 	if err != nil || !(v > 0) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("%q is not a size: write a positive finite number and a unit, e.g. 24GiB, 80GB or 512MiB", s)
 	}
-	if bytes := v * factor; bytes < math.MaxInt64 { // float64(MaxInt64) rounds up to 2^63
+	switch bytes := v * factor; {
+	case bytes < math.MaxInt64: // float64(MaxInt64) rounds up to 2^63
 		return max(int64(bytes), 1), nil
+	case bytes == math.MaxInt64: // 2^63 exactly: 8 EiB
+		return math.MaxInt64, nil
 	}
-	return math.MaxInt64, nil
+	return 0, tooLarge
 }
 
 // planLargest answers plan --largest: the two largest models side by side.

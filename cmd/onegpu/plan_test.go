@@ -49,7 +49,8 @@ func TestPlan(t *testing.T) {
 }
 
 func TestParseBytes(t *testing.T) {
-	for text, want := range map[string]int64{"24GiB": 24 << 30, "80GB": 80e9, "512 MiB": 512 << 20, "1.5TiB": 3 << 39, "1000": 1000, "64kb": 64e3} {
+	for text, want := range map[string]int64{"24GiB": 24 << 30, "80GB": 80e9, "512 MiB": 512 << 20, "1.5TiB": 3 << 39, "1000": 1000, "64kb": 64e3,
+		"2PiB": 2 << 50, "3EB": 3e18, "7.5EiB": 15 << 59, "8EiB": math.MaxInt64, "9223372036854775807": math.MaxInt64} {
 		if got, err := parseBytes(text); err != nil || got != want {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", text, got, err, want)
 		}
@@ -59,20 +60,41 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("parseBytes(%q): error %v, want one showing the accepted form", bad, err)
 		}
 	}
+	// Past 8 EiB a size is too large for int64 bytes, and says so (it said "not a size").
+	for _, huge := range []string{"8.5EiB", "9223372036854775809", "10EB", "9999999999TiB", "1e30", "1e400GiB"} {
+		if _, err := parseBytes(huge); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q is too large: sizes go up to 8EiB", huge)) {
+			t.Errorf("parseBytes(%q): error %v, want one saying it is too large", huge, err)
+		}
+	}
 }
 
-// TestPlanHugeBudget: a budget past int64 (9999999999TiB is 1.1e25 bytes, 1e30 more) does not
-// wrap to a negative number: it reads as the largest, and every configuration fits.
+// FuzzParseBytes: whatever the text, parseBytes returns a positive size or an error that quotes
+// the text and says "not a size" or "too large", and never a size for text without digits.
+func FuzzParseBytes(f *testing.F) {
+	for _, seed := range []string{"24GiB", "8EiB", "9EiB", "1e30", "0", "-1", "NaN", "1.5 TiB", "", "kB", "0x10", "1e-400"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		got, err := parseBytes(text)
+		switch {
+		case err != nil:
+			if msg := err.Error(); !strings.Contains(msg, fmt.Sprintf("%q", text)) || !strings.Contains(msg, "not a size") && !strings.Contains(msg, "too large") {
+				t.Errorf("parseBytes(%q): error %q names neither the text nor what is wrong", text, msg)
+			}
+		case got < 1:
+			t.Errorf("parseBytes(%q) = %d: a size is at least one byte", text, got)
+		case !strings.ContainsAny(text, "0123456789"):
+			t.Errorf("parseBytes(%q) = %d without a digit", text, got)
+		}
+	})
+}
+
+// TestPlanHugeBudget: the largest budget, 8EiB, plans: every configuration fits.
 func TestPlanHugeBudget(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
-	for _, budget := range []string{"9999999999TiB", "1e30", "1e400GiB"} {
-		if got, err := parseBytes(budget); err != nil || got != math.MaxInt64 {
-			t.Errorf("parseBytes(%q) = %d, %v; want the largest int64", budget, got, err)
-		}
-	}
 	var out bytes.Buffer // --batch 1: one micro-batch count, so 10 configurations to build
-	if err := runPlan([]string{"--preset", "tiny", "--batch", "1", "--budget", "1e30", "--json"}, &out); err != nil {
+	if err := runPlan([]string{"--preset", "tiny", "--batch", "1", "--budget", "8EiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var r struct {
@@ -87,8 +109,50 @@ func TestPlanHugeBudget(t *testing.T) {
 	}
 	for _, row := range r.Rows {
 		if !row.Fits {
-			t.Errorf("%s does not fit a budget of 1e30 bytes", row.Variant)
+			t.Errorf("%s does not fit a budget of 8EiB", row.Variant)
 		}
+	}
+}
+
+// TestPlanLargestBounded: plan --largest answers a terabyte in a logarithmic number of model
+// sizes (it took 898 s building every size in full), and an 8EiB budget as unbounded.
+func TestPlanLargestBounded(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runPlan([]string{"--largest", "--budget", "1TiB", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Largest []plan.Largest }
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Largest) != 2 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for _, row := range r.Largest {
+		if !row.Fits || row.Memory > 1<<40 || row.Evaluations > 15 {
+			t.Errorf("%s: %+v, want a model within 1 TiB after at most 15 sizes", row.Options.Name, row)
+		}
+	}
+	err := runPlan([]string{"--largest", "--budget", "8EiB"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "unbounded") {
+		t.Errorf("plan --largest --budget 8EiB = %v, want it answered as unbounded", err)
+	}
+}
+
+// TestPlanManyDevices: --devices far past the batch plans over the batch's divisors only (it
+// looped over every count up to 10^12).
+func TestPlanManyDevices(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runPlan([]string{"--preset", "tiny", "--batch", "4", "--devices", "1000000000000", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r devicePlan
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.FastestOn) != 3 || r.FastestOn[2].Devices != 4 || r.MaxDevices != 1000000000000 {
+		t.Errorf("fastest on each count %+v for up to %d devices: want 1, 2 and 4 devices", r.FastestOn, r.MaxDevices)
 	}
 }
 
