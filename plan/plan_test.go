@@ -254,3 +254,43 @@ func TestThroughputRange(t *testing.T) {
 		t.Errorf("the slowest throughput: %+v, %v; want a finite step time", rows, err)
 	}
 }
+
+// TestCheckUnrolled: a step of more than MaxUnrolledBlocks micro-batch × layer copies is refused
+// before it is built, naming the micro-batches and the most that work; the tutorial's grids pass.
+func TestCheckUnrolled(t *testing.T) {
+	tutorial, err := plan.Defaults("gpt", "tutorial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mlp, err := plan.Defaults("mlp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		config       train.Config
+		microBatches int
+		want         string // "" when it passes
+	}{
+		{tutorial, 4, ""},
+		{tutorial, 16, ""}, // plan's largest
+		{tutorial, 32, "32 micro-batches × 12 layers: the step would unroll 384 blocks"},
+		{tutorial, 1 << 20, "use at most 21 micro-batches"},
+		{mlp, 256, ""},
+		{mlp, 65536, "65536 micro-batches × 1 layer: the step would unroll 65536 blocks"},
+	} {
+		c.config.MicroBatches = c.microBatches
+		err := plan.CheckUnrolled(c.config)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s with %d micro-batches: %v, want %q", c.config.Model, c.microBatches, err, c.want)
+		}
+	}
+	for _, v := range plan.SearchGrid(tutorial.Batch) {
+		c, err := v.Apply(tutorial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := plan.CheckUnrolled(c); err != nil {
+			t.Errorf("plan's grid: %s: %v", v, err)
+		}
+	}
+}

@@ -148,7 +148,13 @@ func (s *setup) config() (train.Config, error) {
 	if c.Devices, err = s.parseDevices(); err != nil {
 		return c, err
 	}
-	return c, c.Validate()
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	if err := plan.CheckUnrolled(c); err != nil { // before anything builds the step
+		return c, fmt.Errorf("--microbatches: %w", err)
+	}
+	return c, nil
 }
 
 // newBackend creates the chosen backend with the XLA presets.

@@ -104,3 +104,22 @@ func TestTrainChecksBeforeWork(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupChecksUnrolledFirst: micro-batches that would unroll a step too large to build in
+// reasonable time (65536 of them hung building the MLP's step, before the memory check) are
+// refused when the flags are read, for every command that builds a step.
+func TestSetupChecksUnrolledFirst(t *testing.T) {
+	for _, args := range [][]string{
+		{"--model", "mlp", "--batch", "65536", "--microbatches", "65536"},
+		{"--preset", "tiny", "--batch", "1024", "--microbatches", "1024", "--remat", "none"},
+		{"--preset", "tutorial", "--microbatches", "32"},
+	} {
+		s, err := parseSetup("train", args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.config(); err == nil || !strings.Contains(err.Error(), "--microbatches: ") || !strings.Contains(err.Error(), "use at most") {
+			t.Errorf("%v: %v, want the micro-batches refused with the most that work", args, err)
+		}
+	}
+}
