@@ -230,6 +230,11 @@ func badValue(f Flag, value string) string {
 		if problem := checkInt(value, bits); problem != "" {
 			return fmt.Sprintf("%q %s", value, problem)
 		}
+		if f.Ranged {
+			if n := parseCInt(value); n < f.Min || n > f.Max {
+				return fmt.Sprintf("%q is outside %d..%d, the values XLA handles for --%s: %s", value, f.Min, f.Max, f.Name, f.OutOfRange)
+			}
+		}
 	case KindFloat:
 		if problem := checkFloat32(value); problem != "" {
 			return fmt.Sprintf("%q %s", value, problem)
@@ -422,6 +427,14 @@ func checkInt(value string, bits int) string {
 			bits, -(int64(1) << (bits - 1)), int64(uint64(1)<<(bits-1)-1))
 	}
 	return ""
+}
+
+// parseCInt reads a value checkInt accepted: blanks, a sign, then decimal digits.
+func parseCInt(value string) int64 {
+	s := strings.TrimLeft(value, cSpace)
+	s = strings.TrimPrefix(s, "+")
+	n, _ := strconv.ParseInt(s, 10, 64) // checkInt bounds it to 64 bits
+	return n
 }
 
 // cSpace is what C's isspace accepts; sscanf and absl both skip it before a number.

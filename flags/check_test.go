@@ -2,6 +2,7 @@ package flags
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -201,5 +202,52 @@ func TestEditDistance(t *testing.T) {
 		if got := editDistance(tt.a, tt.b, tt.limit); got != tt.want {
 			t.Errorf("editDistance(%q, %q, %d) = %d, want %d", tt.a, tt.b, tt.limit, got, tt.want)
 		}
+	}
+}
+
+// TestCheckNumericRanges: numeric flags are judged against the values XLA handles
+// (flags/tables/ranges.tsv), on every build that defines them: --xla_cpu_parallel_codegen_split_count=-1
+// passed Check and XLA crashed the process when it compiled, and 2147483647 hung it; the message
+// names the range and the fix writes it.
+func TestCheckNumericRanges(t *testing.T) {
+	for _, c := range []struct {
+		flag     string
+		builds   []Build
+		refused  []string
+		accepted []string
+		want     string
+	}{
+		{"xla_cpu_parallel_codegen_split_count", []Build{CPU083, CUDA011, CPU0115, Head},
+			[]string{"-2147483648", "-1", "0", "65537", "2147483647", "' +65537'"}, []string{"1", "32", "65536", "+7", "' 007'"},
+			"is outside 1..65536, the values XLA handles for --xla_cpu_parallel_codegen_split_count: below 1 XLA's CPU compiler fails every compile"},
+		{"xla_gpu_experimental_max_unroll_factor", []Build{CUDA011, CPU0115, Head},
+			[]string{"-2147483648", "-1", "0"}, []string{"1", "32", "2147483647"},
+			`is outside 1..2147483647, the values XLA handles for --xla_gpu_experimental_max_unroll_factor: XLA's setter refuses it and aborts the process ("Flag parsing failed")`},
+	} {
+		for _, b := range c.builds {
+			f, ok := b.Lookup(c.flag)
+			if !ok || !f.Ranged {
+				t.Errorf("%s: --%s has no range", b, c.flag)
+				continue
+			}
+			if !strings.Contains(f.Syntax(), fmt.Sprintf("from %d to %d", f.Min, f.Max)) {
+				t.Errorf("%s: the fix %q does not write the range", b, f.Syntax())
+			}
+			for _, v := range c.refused {
+				got, p := checkOne(t, "--"+c.flag+"="+v, b)
+				if got != rejected || !strings.Contains(p.Message, c.want) || !strings.Contains(p.Message, strings.Trim(v, "' +")) {
+					t.Errorf("%s: --%s=%s: %s (%v), want refused: %q", b, c.flag, v, got, p, c.want)
+				}
+			}
+			for _, v := range c.accepted {
+				if got, p := checkOne(t, "--"+c.flag+"="+v, b); got != accepted {
+					t.Errorf("%s: --%s=%s: %s (%v), want accepted", b, c.flag, v, got, p)
+				}
+			}
+		}
+	}
+	// A build without the flag reports it as absent, not out of range.
+	if got, p := checkOne(t, "--xla_cpu_parallel_codegen_split_count=-1", JAX0425); got != rejected || !strings.Contains(p.Message, "too new") {
+		t.Errorf("jax-0.4.25: %s (%v), want the flag reported as too new", got, p)
 	}
 }

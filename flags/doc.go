@@ -15,7 +15,10 @@
 //     setting against a build (Set.Check), naming the flag, the build and the fix. Values of the
 //     flags XLA parses with setters of their own (enums, lists of names, xla_fuel, ...) must be
 //     ones the build is known to take (Flag.Form, Flag.Values: probed from the plugin for
-//     cpu-0.115); where onegpu does not know them for a build, Check refuses every explicit value;
+//     cpu-0.115); where onegpu does not know them for a build, Check refuses every explicit value.
+//     Numbers must be in the range XLA handles where its code fails or hangs outside one
+//     (Flag.Ranged, from flags/tables/ranges.tsv: --xla_cpu_parallel_codegen_split_count takes 1
+//     to 65536);
 //   - offers presets for one-GPU training (SingleGPUTraining, Memory, NoAutoRemat,
 //     NoCommandBuffers, FastCompile, AutotuneCache, Dump, Deterministic, and Legacy2024 for
 //     the tutorial's flags), merged under the user's XLA_FLAGS by Resolve;

@@ -112,6 +112,9 @@ type judgeCase struct {
 //     False and the bare name; 7, +7, 007 and the default; 1.5, -2, .5, 5., 1E-3, inf, nan and
 //     the default) and with one value it rejects (for bools "yes", "" or "2"; for ints "1.5", ""
 //     or "7abc", and one past the range of its width; for floats "1.5f", "", "abc" or "1,5");
+//   - the ends of every numeric flag's range (flags/tables/ranges.tsv), and the value below it
+//     where the range starts above the type's least (XLA fails there; above a range it may only
+//     be slow, so the value above is not judged);
 //   - every flag whose default is a value, set to it (Check rejects the defaults the build refuses
 //     written out, Flag.DefaultRefused);
 //   - the values of every flag with a Form (valueCases);
@@ -157,6 +160,12 @@ func judgeCases(b Build) []judgeCase {
 			floatFlag = f.Name
 		}
 		cs = append(cs, valueCases(f)...)
+		if f.Ranged { // the range's ends run; below it, where XLA fails, the child must fail
+			add("the range of "+about, set(f.Name, fmt.Sprint(f.Min), fmt.Sprint(f.Max))...)
+			if f.Min > -(1 << (f.Bits - 1)) {
+				add("below the range of "+about, set(f.Name, fmt.Sprint(f.Min-1))...)
+			}
+		}
 		if f.DefaultComputed == "" && !f.NoOp && f.Form != FormUnknown {
 			add("the default of "+about, newSetting(f.Name, f.Default, "", "").String())
 		}

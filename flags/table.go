@@ -3,6 +3,7 @@ package flags
 //go:generate go run ./internal/gentables -in tables -out tables_gen.go
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -82,6 +83,12 @@ type Flag struct {
 	Deprecated bool
 	// NoOp is set when the build accepts the flag and ignores it.
 	NoOp bool
+	// Ranged is set for a KindInt flag whose values XLA handles only from Min to Max
+	// (inclusive), as flags/tables/ranges.tsv says with its evidence; OutOfRange says what XLA
+	// does with the others (aborts the process, fails every compile, hangs).
+	Ranged     bool
+	Min, Max   int64
+	OutOfRange string
 }
 
 // Form is the shape of the values a build accepts for a flag, beyond its kind. XLA parses most
@@ -171,6 +178,9 @@ func (f Flag) Syntax() string {
 	case KindBool:
 		return "--" + f.Name + "=true|false"
 	case KindInt:
+		if f.Ranged {
+			return fmt.Sprintf("--%s=<%s from %d to %d>", f.Name, f.Type(), f.Min, f.Max)
+		}
 		return "--" + f.Name + "=<" + f.Type() + ">"
 	case KindFloat:
 		return "--" + f.Name + "=<float>"

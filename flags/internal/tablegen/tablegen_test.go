@@ -59,6 +59,7 @@ func TestGenerate(t *testing.T) {
 		ValuesFile: "# build(s)\tflag\tform\tvalues\tevidence\nold\txla_mode\tenum\tA,B\tproto names\n" +
 			"old,new\txla_list\tnames empty edits fold\tA,B\tthe setter\nnew\txla_fuel\tpairs\t\tthe setter\n",
 		"values_new.tsv": "new\txla_mode\tenum fold\ta=A,b=B\tprobed\nnew\txla_text\tany\t\tprobed\n",
+		RangesFile:       "# build(s)\tflag\tmin\tmax\toutside\tevidence\nnew\txla_a\t1\t64\tit hangs\tprobed\n",
 	}
 	src, err := Generate(tables(base))
 	if err != nil {
@@ -71,7 +72,7 @@ func TestGenerate(t *testing.T) {
 		`{Name: "xla_list", Kind: KindList, Default: "A,B", Edits: true, Form: FormNames, Values: []string{"A", "B"}, FoldCase: true, AcceptsEmpty: true, AcceptsEdits: true}`,
 		`{Name: "xla_odd", Kind: KindEnum, Default: "X", Form: FormUnknown}`, // no rule: no value is known
 		`pjrtMajor: 0, pjrtMinor: 83`,
-		`{Name: "xla_a", Kind: KindInt, Bits: 32, Default: "4"}`,
+		`{Name: "xla_a", Kind: KindInt, Bits: 32, Default: "4", Ranged: true, Min: 1, Max: 64, OutOfRange: "it hangs"}`,
 		`{Name: "xla_gone", Kind: KindBool, Default: "false", Deprecated: true, NoOp: true}`,
 		`{Name: "xla_mode", Kind: KindEnum, Default: "a", Form: FormEnum, Values: []string{"a", "b"}, FoldCase: true}`, // the default as the build spells A
 		`{Name: "xla_fuel", Kind: KindList, Form: FormPairs}`,
@@ -103,6 +104,15 @@ func TestGenerate(t *testing.T) {
 		{"a signed value", ValuesFile, "old\txla_mode\tenum\t+A\tx\n", "not a value"},
 		{"a value twice", ValuesFile, "old\txla_mode\tenum fold\tA,a\tx\n", "listed twice"},
 		{"bad PJRT version", BuildsFile, "old\told.tsv\tcuda\tv1\tx\n", "not major.minor"},
+		{"a range for a build without the flag", RangesFile, "old\txla_a\t1\t2\tx\ty\n", "not a flag of build old"},
+		{"a range for a bool flag", RangesFile, "old\txla_b\t0\t1\tx\ty\n", "ranges are for int flags"},
+		{"a range past int32", RangesFile, "new\txla_a\t1\t4294967296\tx\ty\n", "past int32"},
+		{"an empty range", RangesFile, "new\txla_a\t5\t4\tx\ty\n", "is empty"},
+		{"a range without the default", RangesFile, "new\txla_a\t5\t9\tx\ty\n", "default 4 is outside"},
+		{"a range that is not numbers", RangesFile, "new\txla_a\t1\tmany\tx\ty\n", "not two integers"},
+		{"a range without evidence", RangesFile, "new\txla_a\t1\t9\tx\t\n", "no evidence"},
+		{"a range without its consequence", RangesFile, "new\txla_a\t1\t9\t\ty\n", "say what XLA does"},
+		{"two ranges", RangesFile, "new\txla_a\t1\t9\tx\ty\nnew\txla_a\t1\t8\tx\ty\n", "two ranges"},
 	}
 	for _, tt := range broken {
 		files := map[string]string{}
