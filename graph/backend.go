@@ -2,8 +2,10 @@ package graph
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,8 +152,15 @@ func pluginPath(config string) (string, error) {
 		return "", fmt.Errorf("PJRT plugin %q is not an absolute path (onegpu never downloads or searches for plugins): %s", path, fix)
 	}
 	info, err := os.Stat(path)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("PJRT plugin %q not found: %s", path, fix)
+	case err != nil: // a loop of symbolic links, a path through a file, no permission
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			err = pathErr.Err // the message names the path already
+		}
+		return "", fmt.Errorf("PJRT plugin %q cannot be read (%v): %s", path, err, fix)
 	}
 	if !info.Mode().IsRegular() {
 		return "", fmt.Errorf("PJRT plugin %q is not a regular file: %s", path, fix)

@@ -19,6 +19,10 @@ func TestResolveBackend(t *testing.T) {
 	if err := os.WriteFile(textFile, []byte("not a plugin"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	loop := filepath.Join(dir, "loop.so") // a symbolic link to itself
+	if err := os.Symlink("loop.so", loop); err != nil {
+		t.Fatal(err)
+	}
 	fakeELF := filepath.Join(dir, "plugin.so")
 	if err := os.WriteFile(fakeELF, []byte("\x7fELF and more"), 0o644); err != nil {
 		t.Fatal(err)
@@ -45,6 +49,7 @@ func TestResolveBackend(t *testing.T) {
 		{spec: "xla:cuda", errHas: []string{`"cuda" is not an absolute path`}},
 		{spec: "xla:/nonexistent/pjrt_c_api_cpu_plugin.so", errHas: []string{"not found", "/nonexistent/pjrt_c_api_cpu_plugin.so"}},
 		{spec: "xla:" + dir, errHas: []string{"not a regular file"}},
+		{spec: "xla:" + loop, errHas: []string{loop + `" cannot be read (too many levels of symbolic links)`}},
 		{spec: "xla:" + textFile, errHas: []string{"not a shared library"}},
 		{spec: "", env: "xla:relative.so", errHas: []string{"$GOMLX_BACKEND", "not an absolute path"}},
 	} {
