@@ -9,7 +9,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
-// guardedBackend refuses, while a graph is being built, the dtypes its backend cannot compute.
+// guardedBackend refuses, while a graph is being built, the dtypes its backend cannot compute,
+// and rounds float32 to bfloat16 to nearest even (bf16round.go).
 //
 // GoMLX does not consult Capabilities().DTypes. On the embedded backend in v0.26.0 a float16 value
 // is only rejected when the op runs, and in parallel mode that failure panics in a worker goroutine
@@ -66,6 +67,9 @@ func (b guardedBuilder) Constant(flat any, dims ...int) (backends.Op, error) {
 func (b guardedBuilder) ConvertDType(x backends.Op, dtype dtypes.DType) (backends.Op, error) {
 	if err := b.checkDType(dtype, "ConvertDType"); err != nil {
 		return nil, err
+	}
+	if from, err := b.Builder.OpShape(x); err == nil && from.DType == dtypes.Float32 && dtype == dtypes.BFloat16 {
+		return b.convertToBFloat16Nearest(x, from) // see bf16round.go
 	}
 	return b.Builder.ConvertDType(x, dtype)
 }
