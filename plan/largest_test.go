@@ -16,7 +16,7 @@ import (
 // build: for both sets of options and both leanest variants, 4 layers and the tutorial's 12 give
 // m(1) + (L-1)·(m(2) - m(1)) to the byte.
 func TestLargestEstimateIsAffine(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	base, err := plan.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestLargestUnbounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, err := plan.LargestThatFits(backendtest.Embedded(), base, math.MaxInt64, plan.TutorialTechniques, false, nil)
+	row, err := plan.LargestThatFits(testkit.Embedded(), base, math.MaxInt64, plan.TutorialTechniques, false, nil)
 	if err == nil || !strings.Contains(err.Error(), "unbounded") {
 		t.Fatalf("an 8 EiB budget: %+v, %v; want an error saying it is unbounded", row, err)
 	}

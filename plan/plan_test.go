@@ -67,7 +67,7 @@ func TestGrid(t *testing.T) {
 	}
 }
 
-// TestSearchRefuses: Search plans the GPT only, at positive throughputs.
+// TestSearchRefuses: Search plans the GPT only, at throughputs from MinTFLOPs to MaxTFLOPs.
 func TestSearchRefuses(t *testing.T) {
 	mlp, _ := plan.Defaults("mlp", "")
 	gpt, _ := plan.Defaults("gpt", "tiny")
@@ -77,7 +77,7 @@ func TestSearchRefuses(t *testing.T) {
 		want string
 	}{
 		{mlp, plan.A5000, "plan the gpt"},
-		{gpt, plan.Throughput{Float32: 0, BFloat16: 1}, "must be positive"},
+		{gpt, plan.Throughput{Float32: 0, BFloat16: 1}, "a float32 throughput of 0 TFLOP/s: give one from 1e-06 to 1e+06"},
 	} {
 		if _, err := plan.Search(testkit.Embedded(), tc.base, 1<<30, tc.rate, false); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Search: %v, want %q", err, tc.want)
@@ -239,7 +239,7 @@ func TestDeviceCounts(t *testing.T) {
 // TestThroughputRange: a throughput outside [MinTFLOPs, MaxTFLOPs] is refused by name, so that no
 // step time is infinite (a 1e-320 TFLOP/s device made plan's JSON fail on +Inf).
 func TestThroughputRange(t *testing.T) {
-	backend := backendtest.Embedded()
+	backend := testkit.Embedded()
 	base, err := plan.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
