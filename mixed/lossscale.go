@@ -3,6 +3,7 @@ package mixed
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -346,4 +347,42 @@ func (d *DynamicLossScale) Clear(ctx *context.Context) error {
 		}
 	}
 	return nil
+}
+
+// String is "noop": no scaling (optim.LossScale with it still skips non-finite steps).
+func (NoOpLossScale) String() string { return "noop" }
+
+// String is "static=N", as ParseLossScale reads it.
+func (s StaticLossScale) String() string { return fmt.Sprintf("static=%g", float64(s)) }
+
+// DescribeLossScale describes ls for checkpoints' manifests and reports: "none" for nil (no
+// scaling, no skipping), else its String ("static=1024", "dynamic(initial=32768, ...)"), or its
+// type for a loss scale of your own without one.
+func DescribeLossScale(ls LossScale) string {
+	switch s := ls.(type) {
+	case nil:
+		return "none"
+	case fmt.Stringer:
+		return s.String()
+	}
+	return fmt.Sprintf("%T", ls)
+}
+
+// ParseLossScale reads a loss scale as a command line writes it: "none" (or "": nil, no scaling),
+// "dynamic" (NewDynamicLossScale: jmp's defaults, 2^15, ×2 every 2000 finite steps) or "static=N"
+// (N positive and finite in float32).
+func ParseLossScale(s string) (LossScale, error) {
+	switch {
+	case s == "" || s == "none":
+		return nil, nil
+	case s == "dynamic":
+		return NewDynamicLossScale(), nil
+	case strings.HasPrefix(s, "static="):
+		v, err := strconv.ParseFloat(strings.TrimPrefix(s, "static="), 64)
+		if err != nil || !(v > 0) || v > math.MaxFloat32 {
+			return nil, fmt.Errorf("loss scale %q: static needs a positive number, e.g. static=1024", s)
+		}
+		return StaticLossScale(v), nil
+	}
+	return nil, fmt.Errorf("unknown loss scale %q: use none, dynamic or static=N", s)
 }

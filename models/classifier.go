@@ -5,17 +5,18 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
 
-// ClassifierConfig is the tutorial's MLP classifier (Part 1.1).
+// ClassifierConfig is the tutorial's MLP classifier (Part 1.1): its sizes and dropout rate.
 type ClassifierConfig struct {
 	Inputs, Hidden, Classes int
 	Dropout                 float64
-	Batch                   int
 }
 
 // Validate returns an error naming the first field that cannot work, and why.
@@ -34,37 +35,68 @@ func (c ClassifierConfig) Validate() error {
 }
 
 // TutorialClassifier is the tutorial's MLP classifier: 128 inputs, 256 hidden, 100 classes,
-// dropout 0.1, batch 512.
-var TutorialClassifier = ClassifierConfig{Inputs: 128, Hidden: 256, Classes: 100, Dropout: 0.1, Batch: 512}
+// dropout 0.1 (the tutorial trains it on batches of 512: plan.Defaults).
+var TutorialClassifier = ClassifierConfig{Inputs: 128, Hidden: 256, Classes: 100, Dropout: 0.1}
 
 // Classifier is the tutorial's MLP: Dense(Hidden) -> LayerNorm -> SiLU -> Dropout ->
-// Dense(Classes) -> log-softmax in float32, under a precision policy.
+// Dense(Classes) -> log-softmax in float32, under the precision policy set on the context
+// (mixed.SetPolicy; the trainer sets the run's).
+//
+// It is a model the trainer trains (train.Model): its inputs are features [batch, Inputs]
+// (float32) and labels [batch] (int32), its loss the mean cross-entropy, its metric the accuracy.
 type Classifier struct {
 	Config ClassifierConfig
-	Policy mixed.Policy
 }
 
 // LogProbs maps x [batch, Inputs] to float32 log-probabilities [batch, Classes] (the policy's
-// output dtype when that is wider). Variables are created in ctx as Flax names them
-// ("Dense_0", "LayerNorm_0", "Dense_1"); m.Policy is set on ctx's scope for the layers.
+// output dtype when that is wider), under the policy set on ctx's scope or above. Variables are
+// created in ctx as Flax names them ("Dense_0", "LayerNorm_0", "Dense_1").
 func (m Classifier) LogProbs(ctx *context.Context, x *graph.Node) *graph.Node {
-	p := m.Policy
-	mixed.SetPolicy(ctx, p) // the layers read it from ctx's scope
 	h := layers.Dense(ctx.In("Dense_0"), x, m.Config.Hidden)
 	h = layers.SiLU(layers.LayerNorm(ctx.In("LayerNorm_0"), h))
 	h = layers.Dropout(ctx, h, m.Config.Dropout)
 	logits := layers.Dense(ctx.In("Dense_1"), h, m.Config.Classes)
-	out := p.Output
+	out := mixed.PolicyOf(ctx).Output
 	if out != dtypes.Float64 {
 		out = dtypes.Float32
 	}
 	return mixed.LogSoftmax(logits, out, -1)
 }
 
-// Loss returns the summed cross-entropy of the integer labels [batch] and the number of examples,
-// as float32 scalars (see mixed.SoftmaxCrossEntropySum).
-func (m Classifier) Loss(ctx *context.Context, x, labels *graph.Node) (sum, count *graph.Node) {
-	logProbs := m.LogProbs(ctx, x)
-	picked := graph.ReduceSum(graph.Mul(logProbs, graph.OneHot(labels, m.Config.Classes, logProbs.DType())), -1)
-	return graph.Neg(graph.ReduceAllSum(picked)), graph.Scalar(x.Graph(), logProbs.DType(), float64(labels.Shape().Size()))
+// InputShapes are the features [batch, Inputs] (float32) and the labels [batch] (int32).
+func (m Classifier) InputShapes(batch int) []shapes.Shape {
+	return []shapes.Shape{shapes.Make(dtypes.Float32, batch, m.Config.Inputs), shapes.Make(dtypes.Int32, batch)}
+}
+
+// Loss is the summed cross-entropy of the labels batch[1] given the features batch[0] and the
+// number of labels, with the number predicted right as the "accuracy" metric.
+func (m Classifier) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+	return classification(m.LogProbs(ctx, batch[0]), batch[1])
+}
+
+// MetricNames is "accuracy".
+func (Classifier) MetricNames() []string { return []string{"accuracy"} }
+
+// RematKinds is none: the classifier marks no block for rematerialization.
+func (Classifier) RematKinds() []string { return nil }
+
+// CountUnit says what the loss averages over: examples.
+func (Classifier) CountUnit() string { return "examples" }
+
+// Validate returns the config's error, if any.
+func (m Classifier) Validate() error { return m.Config.Validate() }
+
+// ValidateBatch refuses a batch with more values than onegpu counts (MaxTensorElements).
+func (m Classifier) ValidateBatch(batch, _ int) error {
+	c := m.Config
+	if width := max(c.Inputs, c.Hidden, c.Classes); float64(batch)*float64(width) > MaxTensorElements {
+		return fmt.Errorf("a batch of %d examples of width %d is more values than onegpu counts (2^46): choose a smaller batch", batch, width)
+	}
+	return nil
+}
+
+// String names the classifier's sizes: what a checkpoint records.
+func (m Classifier) String() string {
+	c := m.Config
+	return fmt.Sprintf("MLP (%d -> %d -> %d, dropout %g)", c.Inputs, c.Hidden, c.Classes, c.Dropout)
 }

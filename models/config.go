@@ -2,26 +2,21 @@ package models
 
 import (
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 )
 
-// GPTConfig is the shape of the tutorial's GPT and of its training batch.
+// GPTConfig is the shape of the tutorial's GPT: its sizes and dropout rate, nothing of how a run
+// trains it (batch, micro-batches, learning rate: see train.Config and plan.Defaults).
 type GPTConfig struct {
-	Hidden     int     // width of the residual stream
-	Layers     int     // transformer blocks
-	HeadDim    int     // width of one attention head; heads = Hidden / HeadDim
-	MLPFactor  int     // the MLP's hidden width is MLPFactor·Hidden
-	SeqLen     int     // tokens per sequence (and learned positions)
-	Vocab      int     // token ids are in [0, Vocab); also the number of outputs
-	Dropout    float64 // dropout rate after each block's output projection, while training
-	Batch      int     // sequences per optimizer step
-	MicroBatch int     // micro-batches the batch is split into (gradient accumulation)
-	// LearningRate is the peak of the warm-up/exponential-decay schedule: the tutorial's 4e-4 for
-	// its model, larger for the small presets so that a short CPU run shows learning.
-	LearningRate float64
-	Description  string // one line for people
+	Hidden      int     // width of the residual stream
+	Layers      int     // transformer blocks
+	HeadDim     int     // width of one attention head; heads = Hidden / HeadDim
+	MLPFactor   int     // the MLP's hidden width is MLPFactor·Hidden
+	SeqLen      int     // tokens per sequence (and learned positions)
+	Vocab       int     // token ids are in [0, Vocab); also the number of outputs
+	Dropout     float64 // dropout rate after each block's output projection, while training
+	Description string  // one line for people
 }
 
 // Heads is Hidden / HeadDim, or 0 when HeadDim is not positive (Validate refuses such a config).
@@ -43,7 +38,7 @@ func (c GPTConfig) Validate() error {
 		name  string
 		value int
 	}{{"Hidden", c.Hidden}, {"Layers", c.Layers}, {"HeadDim", c.HeadDim}, {"MLPFactor", c.MLPFactor},
-		{"SeqLen", c.SeqLen}, {"Vocab", c.Vocab}, {"Batch", c.Batch}, {"MicroBatch", c.MicroBatch}}
+		{"SeqLen", c.SeqLen}, {"Vocab", c.Vocab}}
 	for _, f := range positive {
 		if f.value < 1 {
 			return fmt.Errorf("GPT config: %s = %d must be at least 1", f.name, f.value)
@@ -52,22 +47,22 @@ func (c GPTConfig) Validate() error {
 	if c.Hidden%c.HeadDim != 0 {
 		return fmt.Errorf("GPT config: HeadDim = %d does not divide Hidden = %d into heads", c.HeadDim, c.Hidden)
 	}
-	if c.Batch%c.MicroBatch != 0 {
-		return fmt.Errorf("GPT config: Batch = %d does not split into MicroBatch = %d equal micro-batches", c.Batch, c.MicroBatch)
-	}
 	if !(c.Dropout >= 0 && c.Dropout < 1) { // NaN too
 		return fmt.Errorf("GPT config: Dropout = %g must be in [0, 1)", c.Dropout)
 	}
-	if !(c.LearningRate >= 0) || math.IsInf(c.LearningRate, 0) {
-		return fmt.Errorf("GPT config: LearningRate = %g must be a finite number, at least 0", c.LearningRate)
-	}
-	micro := float64(c.Batch / c.MicroBatch)
+	return checkSizes("GPT config", []tensorSize{{"the parameter count", paramCount[float64](c)}})
+}
+
+// ValidateBatch returns an error when a batch of batch sequences, split into micro-batches of
+// microBatch sequences, holds a tensor with more values than onegpu counts (MaxTensorElements):
+// sizes that are typos, not models.
+func (c GPTConfig) ValidateBatch(batch, microBatch int) error {
+	micro := float64(microBatch)
 	return checkSizes("GPT config", []tensorSize{
-		{"the parameter count", paramCount[float64](c)},
-		{"a batch of tokens (Batch × SeqLen)", float64(c.Batch) * float64(c.SeqLen)},
-		{"a micro-batch's logits (Batch/MicroBatch × SeqLen × Vocab)", micro * float64(c.SeqLen) * float64(c.Vocab)},
-		{"a micro-batch's MLP activations (Batch/MicroBatch × SeqLen × MLPFactor·Hidden)", micro * float64(c.SeqLen) * float64(c.MLPFactor) * float64(c.Hidden)},
-		{"a micro-batch's attention scores (Batch/MicroBatch × heads × SeqLen²)", micro * float64(c.Heads()) * float64(c.SeqLen) * float64(c.SeqLen)},
+		{"a batch of tokens (batch × SeqLen)", float64(batch) * float64(c.SeqLen)},
+		{"a micro-batch's logits (micro-batch × SeqLen × Vocab)", micro * float64(c.SeqLen) * float64(c.Vocab)},
+		{"a micro-batch's MLP activations (micro-batch × SeqLen × MLPFactor·Hidden)", micro * float64(c.SeqLen) * float64(c.MLPFactor) * float64(c.Hidden)},
+		{"a micro-batch's attention scores (micro-batch × heads × SeqLen²)", micro * float64(c.Heads()) * float64(c.SeqLen) * float64(c.SeqLen)},
 	})
 }
 
@@ -104,13 +99,14 @@ func paramCount[T int64 | float64](c GPTConfig) T {
 
 // Presets of the GPT config. "tutorial" is the tutorial's model (155,877,376 parameters); "small"
 // and "tiny" train on a few CPU cores (a byte-level vocabulary of 256 fits the text corpus).
+// plan.Defaults gives the run each trains with by default.
 var Presets = map[string]GPTConfig{
 	"tutorial": {Hidden: 1024, Layers: 12, HeadDim: 128, MLPFactor: 4, SeqLen: 512, Vocab: 2048, Dropout: 0.1,
-		Batch: 64, MicroBatch: 4, LearningRate: 4e-4, Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},
+		Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},
 	"small": {Hidden: 256, Layers: 4, HeadDim: 64, MLPFactor: 4, SeqLen: 128, Vocab: 256, Dropout: 0.1,
-		Batch: 16, MicroBatch: 4, LearningRate: 1e-3, Description: "4 layers, hidden 256, 4 heads of 64, sequence 128 (minutes on a CPU)"},
+		Description: "4 layers, hidden 256, 4 heads of 64, sequence 128 (minutes on a CPU)"},
 	"tiny": {Hidden: 64, Layers: 2, HeadDim: 32, MLPFactor: 4, SeqLen: 64, Vocab: 256, Dropout: 0.1,
-		Batch: 16, MicroBatch: 4, LearningRate: 3e-3, Description: "2 layers, hidden 64, 2 heads of 32, sequence 64 (seconds on a CPU)"},
+		Description: "2 layers, hidden 64, 2 heads of 32, sequence 64 (seconds on a CPU)"},
 }
 
 // Preset returns the named preset, or an error listing the presets.

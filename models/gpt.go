@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
+	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -17,33 +18,45 @@ import (
 // GPT is the tutorial's decoder-only transformer: token and learned position embeddings, Layers
 // pre-norm blocks (an MLP block, then an attention block, each added to the residual stream), a
 // final LayerNorm and an output layer, with logits returned in the policy's output dtype.
+//
+// It is a model the trainer trains (train.Model): its inputs are tokens and targets
+// [batch, SeqLen] (int32), its loss the mean cross-entropy per token, its metric the share of
+// tokens predicted right. Its layers follow the precision policy set on the context
+// (mixed.SetPolicy; the trainer sets the run's), and each block's MLP, attention and the whole
+// block are remat.Blocks of kinds "mlp", "attn" and "block", which remat.SetBlocks (the trainer:
+// train.Config.Remat) selects for rematerialization.
 type GPT struct {
 	Config GPTConfig
-	Policy mixed.Policy
-	// Remat says which blocks are rematerialized in the backward pass, and RematPolicy what
-	// they save (remat.NothingSaveable by default).
-	Remat       remat.Spec
-	RematPolicy remat.Policy
 	// SoftmaxDType is the attention softmax's dtype; float32 (the tutorial's) when unset.
 	SoftmaxDType dtypes.DType
 }
 
-// NewGPT returns the GPT of config with policy, no remat and a float32 softmax, or an error
-// naming what cannot work.
-func NewGPT(config GPTConfig, policy mixed.Policy) (GPT, error) {
+// NewGPT returns the GPT of config with a float32 softmax, or an error naming what cannot work.
+func NewGPT(config GPTConfig) (GPT, error) {
 	if err := config.Validate(); err != nil {
 		return GPT{}, err
 	}
-	return GPT{Config: config, Policy: policy, SoftmaxDType: dtypes.Float32}, nil
+	return GPT{Config: config, SoftmaxDType: dtypes.Float32}, nil
 }
 
-// Logits maps tokens [batch, length] (integers, length <= SeqLen) to logits [batch, length, Vocab].
-// It sets m.Policy on ctx's scope (mixed.SetPolicy) for its layers.
+// GPT's kinds of block (see remat.Block).
+const (
+	KindMLP       = "mlp"
+	KindAttention = "attn"
+	KindBlock     = "block"
+)
+
+// RematKinds are the kinds of block the GPT marks: "block" (a whole transformer block), "mlp" and
+// "attn" (its two branches).
+func (GPT) RematKinds() []string { return []string{KindBlock, KindMLP, KindAttention} }
+
+// Logits maps tokens [batch, length] (integers, length <= SeqLen) to logits [batch, length, Vocab],
+// under the policy set on ctx's scope or above (mixed.PolicyOf).
 // Variables are created in ctx under the names the tutorial's Flax model gives them ("embed",
 // "pos_emb", "block_0/mlp/input_layer/kernel", "block_0/attn/qkv/kernel", "post_norm",
 // "output_layer", ...).
 func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
-	c, p := m.Config, m.Policy
+	c, p := m.Config, mixed.PolicyOf(ctx)
 	if tokens.Rank() != 2 || !tokens.DType().IsInt() {
 		panic(fmt.Sprintf("models.GPT: tokens must be integers [batch, length], got %s", tokens.Shape()))
 	}
@@ -52,7 +65,6 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 		panic(fmt.Sprintf("models.GPT: sequences of %d tokens exceed the %d learned positions (GPTConfig.SeqLen)", length, c.SeqLen))
 	}
 	g := tokens.Graph()
-	mixed.SetPolicy(ctx, p) // the layers read it from ctx's scope
 	x := layers.Embed(ctx.In("embed"), tokens, c.Vocab, c.Hidden)
 	positions := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 0.02)).
 		VariableWithShape("pos_emb", shapes.Make(p.Param, c.SeqLen, c.Hidden)).ValueGraph(g)
@@ -66,18 +78,18 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 }
 
 // block is one transformer block as the tutorial writes it: x + MLP(x), then x + Attention(x),
-// each branch rematerialized as m.Remat says (the residual additions stay outside).
+// each branch a remat.Block (the residual additions stay outside), the whole one too.
 func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
-	mlp := func(ctx *context.Context, x *graph.Node) *graph.Node {
-		h := layers.LayerNorm(ctx.In("pre_norm"), x)
+	mlp := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		h := layers.LayerNorm(ctx.In("pre_norm"), in[0])
 		h = layers.GELU(layers.Dense(ctx.In("input_layer"), h, m.Config.MLPFactor*m.Config.Hidden))
 		h = layers.Dense(ctx.In("output_layer"), h, m.Config.Hidden)
-		return layers.Note(ctx, "MLP branch", layers.Dropout(ctx, h, m.Config.Dropout))
+		return []*graph.Node{layers.Note(ctx, "MLP branch", layers.Dropout(ctx, h, m.Config.Dropout))}
 	}
-	attn := func(ctx *context.Context, x *graph.Node) *graph.Node {
-		h := layers.LayerNorm(ctx.In("pre_norm"), x)
+	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		h := layers.LayerNorm(ctx.In("pre_norm"), in[0])
 		h = layers.CausalSelfAttention(ctx, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType())
-		return layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))
+		return []*graph.Node{layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))}
 	}
 	// Each branch's dropout bits are drawn when the branch runs (see layers.TieRandomStateTo).
 	tie := func(ctx *context.Context, x *graph.Node) {
@@ -85,24 +97,14 @@ func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 			layers.TieRandomStateTo(ctx, x)
 		}
 	}
-	whole := func(ctx *context.Context, x *graph.Node) *graph.Node {
+	whole := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		x := in[0]
 		tie(ctx, x)
-		x = graph.Add(x, m.checkpoint(m.Remat.MLP, ctx.In("mlp"), mlp, x))
+		x = graph.Add(x, remat.Block(ctx.In("mlp"), KindMLP, mlp, x)[0])
 		tie(ctx, x)
-		return graph.Add(x, m.checkpoint(m.Remat.Attention, ctx.In("attn"), attn, x))
+		return []*graph.Node{graph.Add(x, remat.Block(ctx.In("attn"), KindAttention, attn, x)[0])}
 	}
-	return m.checkpoint(m.Remat.Block, ctx, whole, x)
-}
-
-// checkpoint runs fn(ctx, x), rematerialized with m.RematPolicy when enabled.
-func (m GPT) checkpoint(enabled bool, ctx *context.Context, fn func(*context.Context, *graph.Node) *graph.Node, x *graph.Node) *graph.Node {
-	if !enabled {
-		return fn(ctx, x)
-	}
-	out := remat.With(m.RematPolicy).CheckpointCtx(ctx, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		return []*graph.Node{fn(ctx, in[0])}
-	}, x)
-	return out[0]
+	return remat.Block(ctx, KindBlock, whole, x)[0]
 }
 
 func (m GPT) softmaxDType() dtypes.DType {
@@ -112,9 +114,53 @@ func (m GPT) softmaxDType() dtypes.DType {
 	return m.SoftmaxDType
 }
 
-// Loss returns the summed cross-entropy of predicting labels [batch, length] from tokens and the
-// number of labels counted (all of them, or those where mask is true), as float32 scalars, so that
-// callers form exact means across micro-batches.
-func (m GPT) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
-	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
+// InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each.
+func (m GPT) InputShapes(batch int) []shapes.Shape {
+	tokens := shapes.Make(dtypes.Int32, batch, m.Config.SeqLen)
+	return []shapes.Shape{tokens, tokens}
+}
+
+// Loss is the summed cross-entropy of the targets batch[1] given the tokens batch[0] and the
+// number of targets, with the number predicted right as the "accuracy" metric: sums and counts
+// (accum.Mean), so that micro-batches combine into the batch's exact means.
+func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+	return classification(m.Logits(ctx, batch[0]), batch[1])
+}
+
+// MetricNames is "accuracy".
+func (GPT) MetricNames() []string { return []string{"accuracy"} }
+
+// CountUnit says what the loss averages over: tokens.
+func (GPT) CountUnit() string { return "tokens" }
+
+// NumLayers is the number of transformer blocks: a step unrolls them once per micro-batch.
+func (m GPT) NumLayers() int { return m.Config.Layers }
+
+// TokenShape is the sequence length and the vocabulary: the GPT learns sequences of tokens.
+func (m GPT) TokenShape() (seqLen, vocab int) { return m.Config.SeqLen, m.Config.Vocab }
+
+// Validate returns the config's error, if any.
+func (m GPT) Validate() error { return m.Config.Validate() }
+
+// ValidateBatch refuses batches whose tensors onegpu cannot count (GPTConfig.ValidateBatch).
+func (m GPT) ValidateBatch(batch, microBatch int) error {
+	return m.Config.ValidateBatch(batch, microBatch)
+}
+
+// String names the GPT's sizes, and its preset when it is one: what a checkpoint records.
+func (m GPT) String() string {
+	g := m.Config
+	name := "GPT"
+	for _, preset := range PresetNames() {
+		p := Presets[preset]
+		if p.Hidden == g.Hidden && p.Layers == g.Layers && p.HeadDim == g.HeadDim && p.MLPFactor == g.MLPFactor && p.SeqLen == g.SeqLen {
+			name += " " + preset
+		}
+	}
+	s := fmt.Sprintf("%s (%d layers × %d, %d heads of %d, sequence %d, MLP ×%d, vocabulary %d, dropout %g", name, g.Layers, g.Hidden,
+		g.Heads(), g.HeadDim, g.SeqLen, g.MLPFactor, g.Vocab, g.Dropout)
+	if d := m.softmaxDType(); d != dtypes.Float32 {
+		s += fmt.Sprintf(", softmax %s", d)
+	}
+	return s + ")"
 }

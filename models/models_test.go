@@ -2,6 +2,7 @@ package models_test
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/remat"
 )
 
 // embedded is the embedded backend in sequential mode, shared by the tests.
@@ -25,11 +27,12 @@ func gptSummary(t *testing.T, config models.GPTConfig, policy string) *layers.Su
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := models.NewGPT(config, p)
+	m, err := models.NewGPT(config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := layers.Summarize(embedded(), func(ctx *context.Context, g *graph.Graph) {
+		mixed.SetPolicy(ctx, p)
 		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
 	})
 	if err != nil {
@@ -95,7 +98,6 @@ func TestGPTConfigErrors(t *testing.T) {
 		want   string
 	}{
 		{func(c *models.GPTConfig) { c.HeadDim = 48 }, "HeadDim = 48 does not divide Hidden = 64"},
-		{func(c *models.GPTConfig) { c.MicroBatch = 3 }, "Batch = 16 does not split into MicroBatch = 3"},
 		{func(c *models.GPTConfig) { c.Layers = 0 }, "Layers = 0 must be at least 1"},
 		{func(c *models.GPTConfig) { c.Dropout = 1 }, "Dropout = 1 must be in [0, 1)"},
 	} {
@@ -143,5 +145,39 @@ func TestGPTConfigRefusesWhatCannotWork(t *testing.T) {
 	nan.Dropout = math.NaN()
 	if err := nan.Validate(); err == nil || !strings.Contains(err.Error(), "Dropout = NaN") {
 		t.Errorf("NaN dropout: %v", err)
+	}
+	tiny := models.Presets["tiny"]
+	for _, tc := range []struct {
+		batch, micro int
+		want         string
+	}{{1 << 41, 4, "a batch of tokens"}, {8, 1 << 36, "logits"}} {
+		if err := tiny.ValidateBatch(tc.batch, tc.micro); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateBatch(%d, %d) = %v, want an error about %s", tc.batch, tc.micro, err, tc.want)
+		}
+	}
+	if err := tiny.ValidateBatch(16, 4); err != nil {
+		t.Errorf("ValidateBatch(16, 4): %v", err)
+	}
+}
+
+// TestGPTMarksItsBlocks: the GPT's step builds remat blocks of the kinds it declares, so a
+// trainer can check the kinds a run asks for against the graph.
+func TestGPTMarksItsBlocks(t *testing.T) {
+	m, err := models.NewGPT(models.Presets["tiny"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := graph.NewGraph(embedded(), "kinds")
+	defer g.Finalize()
+	tokens := graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, 8))
+	m.Loss(context.New(), []*graph.Node{tokens, tokens})
+	if got, want := remat.BlockKinds(g), []string{"attn", "block", "mlp"}; !slices.Equal(got, want) {
+		t.Errorf("BlockKinds = %v, want %v", got, want)
+	}
+	if got := m.RematKinds(); len(got) != 3 {
+		t.Errorf("RematKinds = %v", got)
+	}
+	if err := remat.MissingKinds(g, []string{"mpl"}); err == nil || !strings.Contains(err.Error(), "its kinds are attn, block, mlp") {
+		t.Errorf("a misspelt kind: %v", err)
 	}
 }

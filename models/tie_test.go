@@ -13,7 +13,6 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -54,26 +53,29 @@ func gptTieCase(name string, spec remat.Spec, perLayer int) tieCase {
 	tokens := shapes.Make(dtypes.Int32, tieBatch, c.SeqLen)
 	return tieCase{name: name, inputs: []shapes.Shape{tokens, tokens}, recomputed: perLayer * c.Layers,
 		loss: func(ctx *context.Context, in []*graph.Node, rematerialized bool) *graph.Node {
-			m, err := models.NewGPT(c, mixed.Float32)
+			m, err := models.NewGPT(c) // float32: no policy is set on the context
 			if err != nil {
 				panic(err)
 			}
 			if rematerialized {
-				m.Remat = spec
+				remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), spec.Kinds()...) // as a run's Config.Remat does
 			}
-			sum, count := m.Loss(ctx, in[0], in[1], nil)
-			return graph.Div(sum, count)
+			loss, _ := m.Loss(ctx, in)
+			return graph.Div(loss.Sum, loss.Count)
 		}}
 }
+
+// classifierBatch is the tutorial's batch for the classifier.
+const classifierBatch = 512
 
 // classifierTieCase checkpoints the whole classifier (its two Dense layers), as one block.
 func classifierTieCase() tieCase {
 	c := models.TutorialClassifier
 	c.Dropout = 0
 	return tieCase{name: "MLP classifier", recomputed: 2,
-		inputs: []shapes.Shape{shapes.Make(dtypes.Float32, c.Batch, c.Inputs), shapes.Make(dtypes.Int32, c.Batch)},
+		inputs: []shapes.Shape{shapes.Make(dtypes.Float32, classifierBatch, c.Inputs), shapes.Make(dtypes.Int32, classifierBatch)},
 		loss: func(ctx *context.Context, in []*graph.Node, rematerialized bool) *graph.Node {
-			m := models.Classifier{Config: c, Policy: mixed.Float32}
+			m := models.Classifier{Config: c} // float32: no policy is set on the context
 			logProbs := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 				return []*graph.Node{m.LogProbs(ctx, in[0])}
 			}

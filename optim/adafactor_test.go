@@ -17,7 +17,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/internal/testkit"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -260,7 +259,7 @@ func TestAdafactorTrains(t *testing.T) {
 // most 0.05x the bytes of Adam's moments.
 func TestAdafactorStateOfSmallGPT(t *testing.T) {
 	config := models.Presets["small"]
-	gpt, err := models.NewGPT(config, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.Float32, Output: dtypes.Float32})
+	gpt, err := models.NewGPT(config) // float32: no policy is set on the context
 	if err != nil {
 		t.Fatal(err)
 	}

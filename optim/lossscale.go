@@ -53,16 +53,13 @@ func (*lossScale) kind() kind { return kindLossScale }
 
 func (l *lossScale) String() string { return fmt.Sprintf("LossScale(%s)", describeScale(l.ls)) }
 
+// describeScale names ls in the chain's description: "none" for the no-op scale (the link then
+// only skips non-finite steps).
 func describeScale(ls mixed.LossScale) string {
-	switch s := ls.(type) {
-	case mixed.NoOpLossScale:
+	if _, ok := ls.(mixed.NoOpLossScale); ok {
 		return "none"
-	case mixed.StaticLossScale:
-		return fmt.Sprintf("static=%g", float64(s))
-	case fmt.Stringer:
-		return s.String()
 	}
-	return fmt.Sprintf("%T", ls)
+	return mixed.DescribeLossScale(ls)
 }
 
 func (l *lossScale) Apply(u Update, next func(Update)) {

@@ -83,7 +83,12 @@ func timeSteps(backend backends.Backend, config train.Config, opts BenchOptions,
 		return err
 	}
 	defer trainer.Close()
-	batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, config.Seed)
+	lm, ok := config.Model.(train.LanguageModel)
+	if !ok {
+		return fmt.Errorf("bench trains a language model on synthetic tokens, not %T", config.Model)
+	}
+	seqLen, vocab := lm.TokenShape()
+	batches, err := data.NewSyntheticTokens(config.Batch, seqLen, vocab, config.Seed)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,9 @@ import (
 
 var bfloat16 = dtypes.BFloat16
 
-// Variant is one point of a grid: a compute dtype (parameters stay float32), a remat choice of
-// the GPT (remat.ParseSpec) and a number of micro-batches.
+// Variant is one point of a grid: a compute dtype (parameters stay float32), the kinds of block a
+// transformer rematerializes (remat.ParseKinds: "none", "mlp", "attn", "mlp,attn", "block") and a
+// number of micro-batches.
 type Variant struct {
 	Compute      string `json:"compute"` // "float32" or "bfloat16"
 	Remat        string `json:"remat"`
@@ -34,10 +35,10 @@ func (v Variant) Apply(base train.Config) (train.Config, error) {
 	if c.Policy, err = mixed.ParsePolicy("params=float32,compute=" + v.Compute + ",output=float32"); err != nil {
 		return c, err
 	}
-	if c.Remat, err = remat.ParseSpec(v.Remat); err != nil {
+	if c.Remat.Kinds, err = remat.ParseKinds(v.Remat); err != nil {
 		return c, err
 	}
-	c.MicroBatches, c.GPT.MicroBatch = v.MicroBatches, v.MicroBatches
+	c.MicroBatches = v.MicroBatches
 	return c, c.Validate()
 }
 

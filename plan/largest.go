@@ -10,12 +10,13 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
 
-// ScaledGPT is the tutorial's GPT (head dim 128, MLP ×4, sequence 512, batch 64) with hidden
-// size 128·n and the tutorial's depth-to-width ratio, 12 layers per 1024 of hidden size: n = 8 is
-// the tutorial's model.
+// ScaledGPT is the tutorial's GPT (head dim 128, MLP ×4, sequence 512; trained on batches of 64)
+// with hidden size 128·n and the tutorial's depth-to-width ratio, 12 layers per 1024 of hidden
+// size: n = 8 is the tutorial's model.
 func ScaledGPT(n int) models.GPTConfig {
 	c := models.Presets["tutorial"]
 	c.Hidden = 128 * n
@@ -23,18 +24,29 @@ func ScaledGPT(n int) models.GPTConfig {
 	return c
 }
 
-// StateOptions are the optimizer and offload settings of one side of the largest-model comparison.
+// StateOptions are the optimizer and offload settings of one side of the largest-model comparison,
+// by the names the CLI gives them (--optimizer, --offload).
 type StateOptions struct {
 	Name      string `json:"name"`
 	Optimizer string `json:"optimizer"`
 	Offload   string `json:"offload"`
 }
 
+// Apply returns c with the options' optimizer (optim.ByName) and offload (train.ParseOffload).
+func (o StateOptions) Apply(c train.Config) (train.Config, error) {
+	var err error
+	if c.Optimizer, err = optim.ByName(o.Optimizer, optim.Settings{}); err != nil {
+		return c, err
+	}
+	c.Offload, err = train.ParseOffload(o.Offload)
+	return c, err
+}
+
 var (
 	// TutorialTechniques is the tutorial's answer: Adam on the device.
-	TutorialTechniques = StateOptions{"the tutorial's techniques (bf16, remat, micro-batches)", train.OptimizerAdam, train.OffloadNone}
+	TutorialTechniques = StateOptions{"the tutorial's techniques (bf16, remat, micro-batches)", "adam", "none"}
 	// StateTechniques adds 8-bit Adam and the optimizer's offload to the host.
-	StateTechniques = StateOptions{"+ 8-bit Adam + optimizer offload", train.OptimizerAdam8bit, train.OffloadOptimizer}
+	StateTechniques = StateOptions{"+ 8-bit Adam + optimizer offload", "adam8bit", "optimizer"}
 )
 
 // Largest is the largest scaled GPT that fits with one set of options.
@@ -73,11 +85,15 @@ var leanestVariants = []Variant{{"bfloat16", "block", 4}, {"bfloat16", "block", 
 // model. With compile it is XLA's compiled total of the whole model, which holds no such rule:
 // each size is compiled in full.
 func footprint(backend backends.Backend, base train.Config, c models.GPTConfig, opts StateOptions, compile bool) (bytes int64, beyond bool, v Variant, err error) {
-	base.Model, base.GPT, base.Batch = "gpt", c, c.Batch
-	base.Optimizer, base.Offload = opts.Optimizer, opts.Offload
+	base.Batch = gptRuns["tutorial"].batch
+	if base, err = opts.Apply(base); err != nil {
+		return 0, false, Variant{}, err
+	}
 	estimate := func(v Variant, layers int) (int64, error) {
 		config := base
-		config.GPT.Layers = layers
+		sized := c
+		sized.Layers = layers
+		config.Model = models.GPT{Config: sized}
 		config, err := v.Apply(config)
 		if err != nil {
 			return 0, err
@@ -184,7 +200,7 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 // the host's update), so the first rung that fits is the answer.
 var StateLadder = []StateOptions{
 	TutorialTechniques,
-	{"+ 8-bit Adam", train.OptimizerAdam8bit, train.OffloadNone},
+	{"+ 8-bit Adam", "adam8bit", "none"},
 	StateTechniques,
 }
 
@@ -193,8 +209,10 @@ var StateLadder = []StateOptions{
 // smallest).
 func SearchState(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, StateOptions, error) {
 	for i, opts := range StateLadder {
-		c := base
-		c.Optimizer, c.Offload = opts.Optimizer, opts.Offload
+		c, err := opts.Apply(base)
+		if err != nil {
+			return nil, opts, err
+		}
 		rows, err := Search(backend, c, budget, rate, compile)
 		if err != nil {
 			return nil, opts, err

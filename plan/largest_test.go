@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
-	"github.com/onegpu/onegpu/train"
 )
 
 // TestLargestEstimateIsAffine: the sequential estimate of ScaledGPT's step is affine in the
@@ -25,10 +25,14 @@ func TestLargestEstimateIsAffine(t *testing.T) {
 		for _, v := range []plan.Variant{{Compute: "bfloat16", Remat: "block", MicroBatches: 4}, {Compute: "bfloat16", Remat: "block", MicroBatches: 1}} {
 			for _, n := range []int{2, 8} {
 				memory := func(layers int) int64 {
+					gpt := plan.ScaledGPT(n)
+					gpt.Layers = layers
 					c := base
-					c.GPT = plan.ScaledGPT(n)
-					c.GPT.Layers, c.Batch = layers, c.GPT.Batch
-					c.Optimizer, c.Offload = opts.Optimizer, opts.Offload
+					c.Model = models.GPT{Config: gpt}
+					c, err := opts.Apply(c)
+					if err != nil {
+						t.Fatal(err)
+					}
 					config, err := v.Apply(c)
 					if err != nil {
 						t.Fatal(err)
@@ -96,12 +100,14 @@ func TestLargestThatFits(t *testing.T) {
 	next := plan.ScaledGPT(tutorial.Hidden/128 + 1)
 	for _, v := range []plan.Variant{{Compute: "bfloat16", Remat: "block", MicroBatches: 4}, {Compute: "bfloat16", Remat: "block", MicroBatches: 1}} {
 		c := base
-		c.GPT, c.Batch = next, next.Batch
+		c.Model = models.GPT{Config: next}
 		config, err := v.Apply(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		config.Optimizer, config.Offload = train.OptimizerAdam, train.OffloadNone
+		if config, err = plan.TutorialTechniques.Apply(config); err != nil {
+			t.Fatal(err)
+		}
 		e, err := plan.EstimateStep(backend, config, false)
 		if err != nil {
 			t.Fatal(err)
@@ -143,7 +149,7 @@ func TestSearchStateClimbsTheLadder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base.Batch, base.MicroBatches, base.GPT.MicroBatch = 2, 1, 1 // a grid of 20 variants
+	base.Batch, base.MicroBatches = 2, 1 // a grid of 20 variants
 	least := func(rows []plan.Candidate) int64 {
 		m := rows[0].Memory()
 		for _, r := range rows {
@@ -154,8 +160,10 @@ func TestSearchStateClimbsTheLadder(t *testing.T) {
 	budget := int64(1 << 40)
 	for rung := 1; rung < len(plan.StateLadder); rung++ {
 		below := plan.StateLadder[rung-1]
-		c := base
-		c.Optimizer, c.Offload = below.Optimizer, below.Offload
+		c, err := below.Apply(base)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rows, err := plan.Search(backend, c, budget, plan.A5000, false)
 		if err != nil {
 			t.Fatal(err)

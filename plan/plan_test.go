@@ -20,10 +20,14 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tiny := models.Presets["tiny"]
-	if gpt.Batch != tiny.Batch || gpt.MicroBatches != tiny.MicroBatch || gpt.Schedule.Peak != tiny.LearningRate ||
+	if m, ok := gpt.Model.(models.GPT); !ok || m.Config != models.Presets["tiny"] || gpt.Batch != 16 || gpt.MicroBatches != 4 ||
+		gpt.Schedule != plan.TutorialSchedule(3e-3) || gpt.Schedule.At(10) != 3e-3 ||
 		gpt.Policy.String() != "params=float32,compute=bfloat16,output=float32" || gpt.Remat.String() != "mlp,attn" || gpt.Validate() != nil {
 		t.Errorf("gpt tiny defaults %+v (validate: %v)", gpt, gpt.Validate())
+	}
+	tutorial, err := plan.Defaults("gpt", "tutorial")
+	if err != nil || tutorial.Batch != 64 || tutorial.MicroBatches != 4 || tutorial.Schedule.At(10) != 4e-4 {
+		t.Errorf("the tutorial's run: %+v, %v; want a batch of 64 in 4 micro-batches, peak 4e-4", tutorial, err)
 	}
 	mlp, err := plan.Defaults("mlp", "")
 	if err != nil {
@@ -32,12 +36,38 @@ func TestDefaults(t *testing.T) {
 	if mlp.Batch != 512 || mlp.MicroBatches != 1 || mlp.Schedule.At(0) != 1e-3 || mlp.Schedule.At(100) != 1e-3 || mlp.Validate() != nil {
 		t.Errorf("mlp defaults %+v", mlp)
 	}
-	if _, err := plan.Defaults("resnet", ""); err == nil || !strings.Contains(err.Error(), "gpt and mlp") {
+	if _, err := plan.Defaults("resnet", ""); err == nil || !strings.Contains(err.Error(), "the models are gpt, mlp") {
 		t.Errorf("unknown model: %v", err)
 	}
 	if _, err := plan.Defaults("gpt", "huge"); err == nil || !strings.Contains(err.Error(), "tiny") {
 		t.Errorf("unknown preset: %v", err)
 	}
+	if _, err := plan.Defaults("mlp", "tiny"); err == nil || !strings.Contains(err.Error(), "no presets") {
+		t.Errorf("a preset of the MLP: %v", err)
+	}
+}
+
+// TestRegister: a family registered under a new name gives its runs through Defaults, with a
+// language model's defaults from LanguageRun; a name taken twice panics.
+func TestRegister(t *testing.T) {
+	plan.Register("gpt-test", plan.Family{Summary: "a GPT under another name", Presets: []string{"tiny"},
+		Run: func(preset string) (train.Config, error) {
+			c, err := models.Preset(preset)
+			return plan.LanguageRun(models.GPT{Config: c}), err
+		}})
+	c, err := plan.Defaults("gpt-test", "tiny")
+	if err != nil || c.Batch != 16 || c.MicroBatches != 4 || c.Remat.String() != "mlp,attn" || c.Validate() != nil {
+		t.Errorf("the registered family's run: %+v, %v", c, err)
+	}
+	if !slices.Contains(plan.ModelNames(), "gpt-test") {
+		t.Errorf("ModelNames %v lacks the registered family", plan.ModelNames())
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("registering gpt twice did not panic")
+		}
+	}()
+	plan.Register("gpt", plan.Family{Run: func(string) (train.Config, error) { return train.Config{}, nil }})
 }
 
 // TestGrid: the tutorial's 12 variants apply to the GPT; a micro-batch count that does not divide
@@ -96,7 +126,7 @@ func TestSearchDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base.Batch, base.GPT.Batch, base.MicroBatches, base.GPT.MicroBatch = 8, 8, 1, 1
+	base.Batch, base.MicroBatches = 8, 1
 	single, err := plan.Search(backend, base, 1<<40, plan.A5000, false)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +188,7 @@ func TestSearchDevices(t *testing.T) {
 	// Activations of one of 4 devices: the same variant built for a quarter of the batch.
 	v := plan.Variant{Compute: "bfloat16", Remat: "none", MicroBatches: 1}
 	quarter := base
-	quarter.Batch, quarter.GPT.Batch = base.Batch/4, base.Batch/4
+	quarter.Batch = base.Batch / 4
 	small, err := plan.EstimateStep(backend, mustApply(t, v, quarter), false)
 	if err != nil {
 		t.Fatal(err)

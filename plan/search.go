@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/gomlx/gomlx/backends"
@@ -61,8 +62,8 @@ func Search(backend backends.Backend, base train.Config, budget int64, rate Thro
 // SearchOver is Search over the given variants instead of SearchGrid's (e.g. a part of it, to
 // plan faster: the steps with many micro-batches are the largest graphs to build).
 func SearchOver(variants []Variant, backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, error) {
-	if base.Model != "gpt" {
-		return nil, fmt.Errorf("model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
+	if err := transformer(base.Model); err != nil {
+		return nil, err
 	}
 	if err := rate.Validate(); err != nil {
 		return nil, err
@@ -106,4 +107,14 @@ func Fastest(rows []Candidate) int {
 		}
 	}
 	return -1
+}
+
+// transformer returns an error unless m marks the kinds of block the grids choose from: a
+// transformer's "mlp", "attn" and whole "block".
+func transformer(m train.Model) error {
+	k, ok := m.(interface{ RematKinds() []string })
+	if ok && slices.Contains(k.RematKinds(), "mlp") && slices.Contains(k.RematKinds(), "attn") && slices.Contains(k.RematKinds(), "block") {
+		return nil
+	}
+	return fmt.Errorf("model %T: plan chooses remat over a transformer's blocks (kinds mlp, attn and block); plan the gpt", m)
 }

@@ -16,13 +16,14 @@ import (
 const MaxUnrolledBlocks = 256
 
 // UnrolledBlocks returns how many copies of the model's blocks c's train step holds: its
-// micro-batches times the GPT's layers (the MLP counts as one layer).
+// micro-batches times the model's layers (NumLayers, for a model that has the method: the GPT;
+// a model without it counts as one layer).
 func UnrolledBlocks(c train.Config) int64 {
 	layers := int64(1)
-	if c.Model == "gpt" {
-		layers = int64(max(c.GPT.Layers, 1))
+	if m, ok := c.Model.(interface{ NumLayers() int }); ok {
+		layers = int64(max(m.NumLayers(), 1))
 	}
-	return int64(c.MicroBatches) * layers
+	return int64(max(c.MicroBatches, 1)) * layers
 }
 
 // CheckUnrolled returns an error, naming the micro-batches and the largest count that works, when

@@ -3,7 +3,11 @@ package remat
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
+	"sort"
+	"strings"
+	"sync"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -95,9 +99,69 @@ func Block(ctx *context.Context, name string, fn func(ctx *context.Context, inpu
 	if name == "" {
 		panic(fmt.Errorf("remat.Block: the block needs a name (the kind SetBlocks selects, e.g. \"block\")"))
 	}
+	if len(inputs) > 0 && inputs[0] != nil {
+		recordKind(inputs[0].Graph(), name)
+	}
 	blocks := blocksOf(ctx)
 	if !slices.Contains(blocks.names, name) {
 		return fn(ctx, inputs)
 	}
 	return blocks.config.CheckpointCtx(ctx, fn, inputs...)
+}
+
+// kindsBuilt records, per graph, the kinds of block Block was called with, so that a kind asked
+// for and never built can be reported (BlockKinds). Entries go when the graph is garbage collected.
+var kindsBuilt = struct {
+	sync.Mutex
+	graphs map[graph.GraphId]map[string]bool
+}{graphs: map[graph.GraphId]map[string]bool{}}
+
+func recordKind(g *graph.Graph, kind string) {
+	kindsBuilt.Lock()
+	defer kindsBuilt.Unlock()
+	kinds, known := kindsBuilt.graphs[g.GraphId()]
+	if !known {
+		kinds = map[string]bool{}
+		kindsBuilt.graphs[g.GraphId()] = kinds
+		runtime.AddCleanup(g, func(id graph.GraphId) {
+			kindsBuilt.Lock()
+			defer kindsBuilt.Unlock()
+			delete(kindsBuilt.graphs, id)
+		}, g.GraphId())
+	}
+	kinds[kind] = true
+}
+
+// BlockKinds returns the kinds of block (the names given to Block) built in g so far, whether
+// rematerialized or not, sorted. A trainer compares them with the kinds a run asks for, so that a
+// misspelt kind is an error instead of a run without remat.
+func BlockKinds(g *graph.Graph) []string {
+	kindsBuilt.Lock()
+	defer kindsBuilt.Unlock()
+	var kinds []string
+	for k := range kindsBuilt.graphs[g.GraphId()] {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
+}
+
+// MissingKinds returns the kinds of wanted that no Block of g was built with, and an error naming
+// them and the kinds g has (nil when every kind is there): what a trainer reports for a kind its
+// model does not mark.
+func MissingKinds(g *graph.Graph, wanted []string) error {
+	have := BlockKinds(g)
+	var missing []string
+	for _, k := range wanted {
+		if !slices.Contains(have, k) {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if len(have) == 0 {
+		return fmt.Errorf("remat %s: the model marks no block with remat.Block, so nothing can be rematerialized; use remat none", strings.Join(missing, ","))
+	}
+	return fmt.Errorf("remat %s: the model has no block of that kind; its kinds are %s", strings.Join(missing, ","), strings.Join(have, ", "))
 }

@@ -31,16 +31,18 @@
 // # What the backward pass keeps
 //
 // A model that leaves the choice of what to rematerialize to the run marks its blocks with Block
-// (by kind, e.g. "block"); SetBlocks on a context scope, or train.Config.RematBlocks, selects the
-// kinds that are checkpointed:
+// (by kind, e.g. "block"; the GPT of package models marks "mlp", "attn" and "block"); SetBlocks on a
+// context scope, or train.Config.Remat, selects the kinds that are checkpointed, and BlockKinds
+// says which kinds a graph built (a kind asked for and not built is a trainer's error):
 //
 //	remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "block")
 //	x = graph.Add(x, remat.Block(ctx.In("block_0"), "block", branch, x)[0])
 //
 // Residuals reports, for each checkpointed block of a built program, the values the backward pass
 // reads from the forward pass (name, kind, op, shape, dtype, bytes), with totals per block, per
-// policy and outside the blocks. Spec and ParseSpec name what a transformer model checkpoints
-// ("none", "mlp", "attn", "mlp,attn", "block"); internal/blocks applies them to a small model.
+// policy and outside the blocks. ParseKinds reads the kinds a command line names ("none", "mlp",
+// "attn", "mlp,attn", "block"); Spec is the same choice for a transformer as a value, which
+// internal/blocks applies to a small model.
 //
 // # How it works, and what it costs
 //

@@ -22,6 +22,7 @@ import (
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -29,17 +30,14 @@ import (
 // smallMLP is a float32 classifier small enough that a step takes milliseconds: the checkpoint
 // tests train it many times.
 func smallMLP(t testing.TB) train.Config {
-	p, err := mixed.ParsePolicy("float32")
-	if err != nil {
-		panic(err)
-	}
-	k := models.ClassifierConfig{Inputs: 16, Hidden: 32, Classes: 10, Dropout: 0.1, Batch: 32}
-	return train.Config{Model: "mlp", Classifier: k, Batch: k.Batch, MicroBatches: 1, Policy: p, LossScale: "none",
-		Schedule: train.Schedule{Init: 1e-3, Peak: 1e-3, TransitionSteps: 1, DecayRate: 1}, Seed: 1}
+	k := models.ClassifierConfig{Inputs: 16, Hidden: 32, Classes: 10, Dropout: 0.1}
+	return train.Config{Model: models.Classifier{Config: k}, Batch: 32, MicroBatches: 1, Policy: mixed.Float32,
+		Schedule: optim.Constant(1e-3), Seed: 1}
 }
 
 func mlpData(c train.Config) data.Data {
-	d, err := data.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
+	k := c.Model.(models.Classifier).Config
+	d, err := data.NewClassifierBatch(c.Batch, k.Inputs, k.Classes, c.Seed)
 	if err != nil {
 		panic(err)
 	}
@@ -210,9 +208,9 @@ func TestNoWholeCheckpointIsRefused(t *testing.T) {
 // before any graph is built, and nothing in the folder changes.
 func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	gpt := tinyConfig(t)
-	gpt.GPT.Layers = 1
+	editGPT(&gpt, func(g *models.GPTConfig) { g.Layers = 1 })
 	dir := filepath.Join(t.TempDir(), "ck")
-	batches, err := data.NewText(data.Corpus, gpt.Batch, gpt.GPT.SeqLen, 1)
+	batches, err := data.NewText(data.Corpus, gpt.Batch, gptOf(gpt).SeqLen, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,29 +225,31 @@ func TestResumeWithAnotherConfigIsRefused(t *testing.T) {
 	before := files(t, dir)
 
 	other := gpt
-	other.GPT = models.Presets["small"]
-	other.Policy, _ = mixed.ParsePolicy("float32")
-	other.LossScale = "dynamic"
-	other.Optimizer = train.OptimizerAdam8bit
-	other.GPT.Vocab = 512
-	other.MicroBatches = 2 // may change: not listed
+	small := models.Presets["small"]
+	small.Vocab = 512
+	other.Model = models.GPT{Config: small}
+	other.Policy = mixed.Float32
+	other.LossScale = mixed.NewDynamicLossScale()
+	other.Optimizer = optim.Adam8bit().Betas(0.9, 0.999).Epsilon(1e-8).Done()
+	other.MicroBatches = 2                                            // may change: not listed
+	other.Schedule = optim.WarmupExponentialDecay(0, 1e-2, 5, 1, 0.9) // its rates may change: not listed
 	_, err = train.OpenCheckpoints(dir, other, 2)
 	var mismatch *checkpoint.ConfigMismatchError
 	if !errors.As(err, &mismatch) {
 		t.Fatalf("got %v, want a *ConfigMismatchError", err)
 	}
 	for _, want := range []string{
-		"model: this checkpoint was written by GPT (1 layers × 64, 2 heads of 32, sequence 64, MLP ×4); you asked for GPT small (4 layers × 256",
-		"vocabulary: this checkpoint was written by 256; you asked for 512",
+		"model: this checkpoint was written by GPT (1 layers × 64, 2 heads of 32, sequence 64, MLP ×4, vocabulary 256, dropout 0.1); " +
+			"you asked for GPT small (4 layers × 256, 4 heads of 64, sequence 128, MLP ×4, vocabulary 512",
 		"policy: this checkpoint was written by params=float32,compute=bfloat16,output=float32; you asked for",
-		"optimizer: this checkpoint was written by adam(b1=0.9, b2=0.999, eps=1e-08), loss scale none; you asked for adam8bit(b1=0.9, b2=0.999, eps=1e-08), loss scale dynamic",
+		"optimizer: this checkpoint was written by adam(b1=0.9, b2=0.999, eps=1e-08), loss scale none; you asked for adam8bit(b1=0.9, b2=0.999, eps=1e-08), loss scale dynamic(",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q:\n%v", want, err)
 		}
 	}
-	if len(mismatch.Differences) != 4 {
-		t.Errorf("%d differences, want 4 (micro-batches may change):\n%v", len(mismatch.Differences), err)
+	if len(mismatch.Differences) != 3 {
+		t.Errorf("%d differences, want 3 (micro-batches and the schedule's rates may change):\n%v", len(mismatch.Differences), err)
 	}
 	// A run of another model on the folder: refused, nothing deleted, the GPT still resumes.
 	if _, err := runIn(t, smallMLP(t), dir, 3, train.RunOptions{}); !errors.As(err, &mismatch) {
@@ -274,7 +274,7 @@ func TestDivergingRunKeepsGoodCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := files(t, dir)
-	c.Schedule.Peak, c.Schedule.Init = 1e30, 1e30 // the schedule's peak may change on resume
+	c.Schedule = optim.Constant(1e30) // the schedule's rate may change on resume
 	h, err := runIn(t, c, dir, 10, train.RunOptions{SaveEvery: 1})
 	var diverged *train.DivergedError
 	if !errors.As(err, &diverged) || diverged.LastSaved != 6 {

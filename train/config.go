@@ -2,132 +2,211 @@ package train
 
 import (
 	"fmt"
-
-	"strconv"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 )
 
-// Config is one training setup: a model, the techniques applied to it, and the optimizer.
+// Config describes one run, typed: the model, and everything the run does with it. A model's own
+// config holds its shape; this holds how it trains. Strings are read into it at the edges only
+// (the CLI's flags, plan.Defaults, a checkpoint's manifest).
 type Config struct {
-	// Model is "gpt" or "mlp" (the tutorial's classifier) for New; NewFor takes a Model of your
-	// own instead and ignores Model, GPT, Classifier and Remat.
-	Model      string
-	GPT        models.GPTConfig
-	Classifier models.ClassifierConfig
-	// Batch is the number of sequences (gpt) or examples (mlp) per optimizer step, split into
-	// MicroBatches micro-batches whose gradients are accumulated in the step's graph.
+	// Model is what trains: models.GPT, models.Classifier or a model of your own.
+	Model Model
+	// Batch is the number of examples (sequences for a language model) per optimizer step, split
+	// into MicroBatches equal micro-batches whose gradients are accumulated in the step's graph
+	// (0 means 1).
 	Batch, MicroBatches int
-	// Policy is set on the context's root scope for the model's layers (mixed.SetPolicy); the
-	// zero Policy means float32 throughout.
+	// Policy is the precision policy of the model's layers; the trainer sets it on the context's
+	// root scope (mixed.SetPolicy), its one home while the step is built. The zero Policy means
+	// float32 throughout.
 	Policy mixed.Policy
-	// Remat says which of the GPT's sub-blocks are rematerialized; RematBlocks names the kinds of
-	// block (remat.Block) of any model that are; RematPolicy says what either saves.
-	Remat       remat.Spec
-	RematBlocks []string
-	RematPolicy remat.Policy
-	// LossScale is "none", "dynamic" or "static=N" (see ParseLossScale).
-	LossScale string
-	Schedule  Schedule
-	// Optimizer is "adam" (the default, also for "") or "adam8bit": Adam with block-wise 8-bit
-	// moments (optim.Adam8bit), a quarter of the state; both with the tutorial's betas and epsilon.
-	Optimizer string
-	// Offload is "none" (the default, also for "") or "optimizer": the optimizer's state and its
-	// update live in host memory, on the embedded backend, and the backend computes the loss and
-	// the gradients only (ZeRO-Offload's split; see Trainer.OffloadStats). One device only.
-	Offload string
-	// Seed fixes the initial weights, the dropout masks and the data.
-	Seed uint64
+	// Remat selects the kinds of block (remat.Block) the model marks that are rematerialized, and
+	// what they save.
+	Remat Remat
+	// Optimizer applies the gradients: optim.Adam().Done(), optim.AdamW().WeightDecay(0.01).Done(),
+	// optim.Adam8bit().Done(), optim.ByName("adam", ...) or a type of your own (optim.Optimizer);
+	// its hyperparameters, epsilon and weight decay among them, are its own. Nil is the tutorial's
+	// Adam (optim.Adam(): optax.adam's defaults).
+	Optimizer optim.Optimizer
+	// LossScale multiplies the loss before differentiation and skips steps whose gradients are not
+	// finite: nil for none (no scaling, no skipping), mixed.StaticLossScale(1024),
+	// mixed.NewDynamicLossScale() (jmp's), or mixed.NoOpLossScale{} to skip non-finite steps only.
+	LossScale mixed.LossScale
+	// Schedule is the learning rate as a function of the step: optim.Constant(1e-3),
+	// optim.WarmupCosine(...), optim.WarmupExponentialDecay(...) (the tutorial's) or your own.
+	Schedule optim.Schedule
+	// ClipNorm, when positive, scales the gradients down to at most this global L2 norm (after the
+	// loss scale's unscaling: optim.ClipByGlobalNorm); 0 does not clip.
+	ClipNorm float64
+	// Offload says where the optimizer's state lives: on the device with the step (OffloadNone,
+	// the default) or in host memory, updated there (OffloadOptimizer).
+	Offload Offload
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
 	Devices Devices
+	// Seed fixes the initial weights, the dropout masks and the data.
+	Seed uint64
 }
 
-// Validate returns an error naming the setting that cannot work and how to fix it.
+// Remat selects what is rematerialized in a run: the kinds of block a model marks with
+// remat.Block ("mlp", "attn", "block" for the GPT), and what those blocks save for the backward
+// pass. The zero Remat rematerializes nothing.
+type Remat struct {
+	// Kinds are the kinds of block rematerialized; a kind the model does not mark is an error.
+	Kinds []string
+	// Policy says what a rematerialized block saves; the zero Policy is remat.NothingSaveable.
+	Policy remat.Policy
+}
+
+// None reports whether nothing is rematerialized.
+func (r Remat) None() bool { return len(r.Kinds) == 0 }
+
+// String is the kinds as remat.ParseKinds reads them ("none", "mlp,attn", "block"), followed by
+// the policy in parentheses when it is not the default.
+func (r Remat) String() string {
+	s := remat.KindsString(r.Kinds)
+	if !r.None() && r.Policy.String() != remat.NothingSaveable.String() {
+		s += " (" + r.Policy.String() + ")"
+	}
+	return s
+}
+
+// Offload says where training state lives besides the device's step. A later mode (the weights
+// streamed from host memory) is one more value and one more executor.
+type Offload int
+
+const (
+	// OffloadNone keeps everything on the device(s) that run the step.
+	OffloadNone Offload = iota
+	// OffloadOptimizer keeps the optimizer's state and its update in host memory, on the embedded
+	// backend, and the device computes the loss and the gradients only (ZeRO-Offload's split; see
+	// Trainer.OffloadStats). One device only.
+	OffloadOptimizer
+)
+
+var offloadNames = []string{"none", "optimizer"}
+
+// String is the mode as --offload spells it.
+func (o Offload) String() string {
+	if o < 0 || int(o) >= len(offloadNames) {
+		return fmt.Sprintf("Offload(%d)", int(o))
+	}
+	return offloadNames[o]
+}
+
+// ParseOffload reads "none" (or "") or "optimizer".
+func ParseOffload(s string) (Offload, error) {
+	if s == "" {
+		return OffloadNone, nil
+	}
+	for i, name := range offloadNames {
+		if s == name {
+			return Offload(i), nil
+		}
+	}
+	return OffloadNone, fmt.Errorf("unknown --offload %q: use %s", s, strings.Join(offloadNames, " or "))
+}
+
+// microBatches is MicroBatches, 0 read as 1.
+func (c Config) microBatches() int { return max(c.MicroBatches, 1) }
+
+// policy is Policy, the zero Policy read as float32.
+func (c Config) policy() mixed.Policy {
+	if c.Policy == (mixed.Policy{}) {
+		return mixed.Float32
+	}
+	return c.Policy
+}
+
+// optimizer is the run's optimizer: Config.Optimizer, or the tutorial's Adam.
+func (c Config) optimizer() optim.Optimizer {
+	if c.Optimizer == nil {
+		return optim.Adam().Done()
+	}
+	return c.Optimizer
+}
+
+// Validate returns an error naming the setting that cannot work and how to fix it, before
+// anything is built: the model's own checks (a Validate and ValidateBatch method, when it has
+// them), the batch and its micro-batches (and their split across devices), the remat kinds (when
+// the model lists its kinds with RematKinds; otherwise they are checked when the step is built),
+// the schedule, the clipping norm and the offload.
 func (c Config) Validate() error {
-	if err := c.ValidateTraining(); err != nil {
-		return err
+	if c.Model == nil {
+		return fmt.Errorf("no model: set Config.Model to a train.Model (models.GPT, models.Classifier or your own)")
 	}
-	switch c.Model {
-	case "gpt":
-		if err := c.GPT.Validate(); err != nil {
+	if v, ok := c.Model.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
 			return err
 		}
-	case "mlp":
-		if err := c.Classifier.Validate(); err != nil {
-			return err
-		}
-		if width := max(c.Classifier.Inputs, c.Classifier.Hidden, c.Classifier.Classes); float64(c.Batch)*float64(width) > models.MaxTensorElements {
-			return fmt.Errorf("a batch of %d examples of width %d is more values than onegpu counts (2^46): choose a smaller batch", c.Batch, width)
-		}
-	default:
-		return fmt.Errorf("unknown model %q: use gpt or mlp, or train a model of your own with train.NewFor", c.Model)
 	}
-	return nil
-}
-
-// ValidateTraining checks the settings that apply to any model (batch, micro-batches, remat
-// blocks, loss scale, schedule): Validate without the tutorial's models.
-func (c Config) ValidateTraining() error {
-	if c.Batch < 1 || c.MicroBatches < 1 {
-		return fmt.Errorf("batch %d and micro-batches %d must be at least 1", c.Batch, c.MicroBatches)
+	if c.Batch < 1 || c.MicroBatches < 0 {
+		return fmt.Errorf("batch %d and micro-batches %d: the batch must be at least 1, the micro-batches at least 1 (0 means 1)", c.Batch, c.MicroBatches)
 	}
-	if c.Batch%c.MicroBatches != 0 {
+	if c.Batch%c.microBatches() != 0 {
 		return fmt.Errorf("a batch of %d does not split into %d equal micro-batches: choose micro-batches that divide the batch", c.Batch, c.MicroBatches)
 	}
-	for _, name := range c.RematBlocks {
-		if strings.TrimSpace(name) == "" {
-			return fmt.Errorf("remat blocks %q: a block name is empty; use the names the model gives remat.Block", c.RematBlocks)
+	if v, ok := c.Model.(interface {
+		ValidateBatch(batch, microBatch int) error
+	}); ok {
+		if err := v.ValidateBatch(c.Batch, c.Batch/c.microBatches()); err != nil {
+			return err
 		}
 	}
-	if _, err := ParseLossScale(c.LossScale); err != nil {
+	if err := c.validateRemat(); err != nil {
 		return err
 	}
-	if err := checkOptimizer(c.Optimizer); err != nil {
+	if err := optim.ValidateSchedule(c.Schedule); err != nil {
 		return err
+	}
+	if !(c.ClipNorm >= 0) || math.IsInf(c.ClipNorm, 0) {
+		return fmt.Errorf("clip norm %g: clip by a positive finite global norm, or 0 for no clipping", c.ClipNorm)
 	}
 	if err := c.checkOffload(); err != nil {
 		return err
 	}
-	if err := c.Devices.validate(c.Batch, c.MicroBatches); err != nil {
-		return err
-	}
-	return c.Schedule.Validate()
+	return c.Devices.validate(c.Batch, c.microBatches())
 }
 
-// ParseLossScale reads "none" (or ""), "dynamic" (jmp's defaults: 2^15, ×2 every 2000 finite
-// steps) or "static=N".
-func ParseLossScale(s string) (mixed.LossScale, error) {
-	switch {
-	case s == "" || s == "none":
-		return nil, nil
-	case s == "dynamic":
-		return mixed.NewDynamicLossScale(), nil
-	case strings.HasPrefix(s, "static="):
-		v, err := strconv.ParseFloat(strings.TrimPrefix(s, "static="), 64)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("loss scale %q: static needs a positive number, e.g. static=1024", s)
+// validateRemat refuses empty kinds, a policy without kinds, and kinds the model says it does not
+// have.
+func (c Config) validateRemat() error {
+	for _, kind := range c.Remat.Kinds {
+		if strings.TrimSpace(kind) == "" {
+			return fmt.Errorf("remat kinds %q: a kind is empty; use the names the model gives remat.Block", c.Remat.Kinds)
 		}
-		return mixed.StaticLossScale(v), nil
 	}
-	return nil, fmt.Errorf("unknown loss scale %q: use none, dynamic or static=N", s)
+	if c.Remat.None() && c.Remat.Policy.String() != remat.NothingSaveable.String() {
+		return fmt.Errorf("remat policy %s does not apply: no kind of block is rematerialized", c.Remat.Policy)
+	}
+	declared, ok := c.Model.(interface{ RematKinds() []string })
+	if !ok {
+		return nil
+	}
+	have := declared.RematKinds()
+	if len(have) == 0 && !c.Remat.None() {
+		return fmt.Errorf("remat %s: the model has no blocks to rematerialize (it marks none with remat.Block); use remat none", remat.KindsString(c.Remat.Kinds))
+	}
+	for _, kind := range c.Remat.Kinds {
+		if !slices.Contains(have, kind) {
+			return fmt.Errorf("remat %s: the model has no block of kind %q; its kinds are %s", remat.KindsString(c.Remat.Kinds), kind,
+				remat.KindsString(have))
+		}
+	}
+	return nil
 }
-
-// Values of Config.Offload.
-const (
-	OffloadNone      = "none"
-	OffloadOptimizer = "optimizer"
-)
 
 // checkOffload refuses an unknown Config.Offload and the combinations the offloaded step does not
 // support.
 func (c Config) checkOffload() error {
 	switch c.Offload {
-	case "", OffloadNone:
+	case OffloadNone:
 		return nil
 	case OffloadOptimizer:
 		if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
@@ -140,5 +219,5 @@ func (c Config) checkOffload() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown --offload %q: use %s or %s", c.Offload, OffloadNone, OffloadOptimizer)
+	return fmt.Errorf("unknown offload mode %d: use %s", int(c.Offload), strings.Join(offloadNames, " or "))
 }

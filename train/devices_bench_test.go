@@ -9,6 +9,8 @@ import (
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -28,17 +30,18 @@ var (
 func BenchmarkDevices(b *testing.B) {
 	backend := fourDevices(b)
 	defer backend.Finalize()
-	preset, err := models.Preset(*benchPreset)
+	base, err := plan.Defaults("gpt", *benchPreset)
 	if err != nil {
 		b.Fatal(err)
 	}
-	policy, err := mixed.ParsePolicy(*benchPolicy)
-	if err != nil {
+	if base.Policy, err = mixed.ParsePolicy(*benchPolicy); err != nil {
 		b.Fatal(err)
 	}
-	preset.Dropout = 0
-	base := train.Config{Model: "gpt", GPT: preset, Batch: preset.Batch, MicroBatches: preset.MicroBatch, Policy: policy,
-		LossScale: "none", Schedule: train.Schedule{Peak: preset.LearningRate, WarmupSteps: 2, TransitionSteps: 1, DecayRate: 0.999}, Seed: 7}
+	gpt := base.Model.(models.GPT)
+	gpt.Config.Dropout = 0
+	preset := gpt.Config
+	base.Model, base.Remat, base.Seed = gpt, train.Remat{}, 7
+	base.Schedule = optim.WarmupExponentialDecay(0, base.Schedule.At(10), 2, 1, 0.999)
 	var reference []float64
 	var referenceState float64
 	for _, d := range []train.Devices{{Count: 1}, {Count: 2}, {Count: 2, Shard: train.ShardOptimizer}, {Count: 2, Shard: train.ShardParams},

@@ -61,10 +61,8 @@ func runLosses(t *testing.T, backend backends.Backend, config train.Config, to i
 // unrolled graph, and so its compilations, small.
 func float32Config(t *testing.T) train.Config {
 	c := tinyConfig(t)
-	c.Policy, _ = mixed.ParsePolicy("float32")
-	c.GPT.Dropout = 0
-	c.MicroBatches, c.GPT.MicroBatch = 2, 2
-	c.GPT.Layers = 1
+	c.Policy, c.MicroBatches = mixed.Float32, 2
+	editGPT(&c, func(g *models.GPTConfig) { g.Dropout, g.Layers = 0, 1 })
 	return c
 }
 
@@ -122,7 +120,7 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 	c.Devices = train.Devices{Count: 4, Shard: train.ShardParams}
 	sharded, got := runLosses(t, backend, c, 2, dir)
 	saved := state(t, sharded.Ctx)
-	batches, err := data.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(c.Batch, gptOf(c).SeqLen, gptOf(c).Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +166,10 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 	backend := fourDevices(t)
 	defer backend.Finalize()
-	p, _ := mixed.ParsePolicy("float32")
 	classifier := models.TutorialClassifier
 	classifier.Dropout = 0
-	config := train.Config{Model: "mlp", Classifier: classifier, Batch: 64, MicroBatches: 2, Policy: p, LossScale: "dynamic",
-		Schedule: train.Schedule{Init: 1e-3, Peak: 1e-3, TransitionSteps: 1, DecayRate: 1}, Seed: 1,
+	config := train.Config{Model: models.Classifier{Config: classifier}, Batch: 64, MicroBatches: 2, Policy: mixed.Float32,
+		LossScale: mixed.NewDynamicLossScale(), Schedule: optim.Constant(1e-3), Seed: 1,
 		Devices: train.Devices{Count: 4, Shard: train.ShardParams}}
 	tr, err := train.New(backend, config)
 	if err != nil {

@@ -1,25 +1,29 @@
 // Package train runs training for any model: one step combines a precision policy, remat,
 // micro-batch gradient accumulation and a gradient chain (optim: loss scale with an atomic skip of
-// non-finite steps, Adam with the tutorial's warm-up/exponential-decay schedule); the loop shows
+// non-finite steps, clipping, the optimizer, the learning-rate schedule); the loop shows
 // progress, keeps crash-safe checkpoints (package checkpoint: GoMLX's format, staged, synced and
-// renamed into place) and resumes bit-exactly. An executor runs the step: on one device, on
-// several (Config.Devices), or with the optimizer's state and update on the host (Config.Offload).
+// renamed into place) and resumes bit-exactly.
 //
-// The tutorial's models are two implementations of Model (GPT, Classifier) that New builds from a
-// Config:
+// A run is described once, typed (Config): the model (a Model: models.GPT, models.Classifier or
+// your own), the batch and its micro-batches, the policy, what is rematerialized, the optimizer, the
+// loss scale, the schedule, clipping, where the optimizer's state lives, the devices and the seed.
+// Strings are read into it at the edges only (the CLI's flags, plan.Defaults):
 //
-//	trainer, err := train.New(backend, train.Config{Model: "gpt", GPT: tiny, Batch: 16, MicroBatches: 4,
-//		Policy: policy, Remat: remat.Spec{MLP: true, Attention: true}, Schedule: train.TutorialSchedule})
+//	trainer, err := train.New(backend, train.Config{Model: models.GPT{Config: tiny}, Batch: 16, MicroBatches: 4,
+//		Policy: bf16, Remat: train.Remat{Kinds: []string{"mlp", "attn"}}, Schedule: plan.TutorialSchedule(3e-3)})
 //	batches, err := data.NewText(data.Corpus, 16, tiny.SeqLen, 1)
 //	history, err := trainer.Run(batches, train.RunOptions{Steps: 60, Progress: os.Stdout})
 //
 // A model of your own implements Model (input shapes, a loss as sums and counts, metric names),
-// builds itself from onegpu's layers (which follow the policy NewFor sets on the context) and marks
-// its blocks with remat.Block; NewFor trains it with the same loop (examples/ownmodel):
+// builds itself from onegpu's layers (which follow the policy the trainer sets on the context) and
+// marks its blocks with remat.Block; the same loop trains it (examples/ownmodel):
 //
-//	trainer, err := train.NewFor(backend, ResMLP{...}, train.Config{Batch: 64, MicroBatches: 4,
-//		Policy: bf16Compute, RematBlocks: []string{"block"}, LossScale: "dynamic", Schedule: schedule})
+//	trainer, err := train.New(backend, train.Config{Model: ResMLP{...}, Batch: 64, MicroBatches: 4,
+//		Policy: bf16, Remat: train.Remat{Kinds: []string{"block"}}, LossScale: mixed.NewDynamicLossScale(),
+//		Optimizer: optim.AdamW().WeightDecay(0.01).Done(), ClipNorm: 1, Schedule: optim.Constant(3e-3)})
 //
+// An executor runs the step: on one device, on several (Config.Devices), or with the optimizer's
+// state and update on the host (Config.Offload), one file each behind one small interface.
 // Trainer.Program builds the same step for graph.Analyze or graph.CompileProgram without running it
 // (each call builds a new program, so one can be analyzed and another compiled).
 package train

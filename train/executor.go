@@ -13,7 +13,7 @@ import (
 //   - plainExecutor (executor_plain.go): the whole step on one device of the backend;
 //   - spmdExecutor (executor_spmd.go): Config.Devices.Count > 1 devices, the batch split along
 //     axis 0 and the state replicated or sharded by XLA's SPMD partitioner;
-//   - offloadExecutor (executor_offload.go): Config.Offload "optimizer", the loss and gradients
+//   - offloadExecutor (executor_offload.go): Config.Offload OffloadOptimizer, the loss and gradients
 //     on the device, the optimizer's state and update in host memory.
 //
 // Each builds its programs from the trainer's step functions (StepFn, and for a split step

@@ -16,7 +16,7 @@ import (
 	"github.com/onegpu/onegpu/optim"
 )
 
-// The optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload "optimizer" a
+// The optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload OffloadOptimizer a
 // step runs as two programs on one context. The device program (on the trainer's backend)
 // computes the loss, the metrics and the float32 gradients (Chain.Gradients); the host program,
 // on the embedded backend, applies the schedule, the loss-scale check, the optimizer
@@ -53,13 +53,11 @@ func (t *Trainer) OffloadStats() OffloadStats {
 // parameter's buffer for it: the device holds the parameters or their gradients, never both, and
 // no optimizer state).
 func (t *Trainer) deviceGradientsFn() accum.StepFn {
-	chain, err := t.Chain()
-	if err != nil {
-		panic(err) // NewFor validated the config
-	}
+	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		t.setForModel(ctx, inputs[0].Graph())
-		r := chain.Gradients(ctx, inputs, t.Model.Loss)
+		r := chain.Gradients(ctx, inputs, t.Config.Model.Loss)
+		t.checkRematKinds(inputs[0].Graph())
 		for i, v := range r.Variables {
 			v.SetValueGraph(graph.ConvertDType(r.Gradients[i], v.DType()))
 		}
@@ -71,17 +69,14 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 // and gradients of trainable; it updates the variables and returns the step's finite flag and
 // the moving-average loss, as StepFn does.
 func (t *Trainer) hostUpdateFn(trainable []*context.Variable) accum.StepFn {
-	chain, err := t.Chain()
-	if err != nil {
-		panic(err)
-	}
+	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		loss, count, grads := inputs[0], inputs[1], inputs[2:]
 		g := loss.Graph()
 		for _, v := range trainable {
 			v.ValueGraph(g) // in use, so that ApplyGradients pairs them with grads in this order
 		}
-		t.Config.Schedule.Apply(ctx, g)
+		optim.ApplySchedule(ctx, g, t.Config.Schedule)
 		chain.ApplyGradients(ctx, g, grads, count, loss.DType())
 		finite := optim.Finite(ctx, g)
 		return []*graph.Node{finite, movingAverage(ctx, g, loss, finite)}

@@ -43,7 +43,7 @@ func TestTrainOnGoMLXBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	batches, err := data.NewText(data.Corpus, config.Batch, config.GPT.SeqLen, 1)
+	batches, err := data.NewText(data.Corpus, config.Batch, gptOf(config).SeqLen, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

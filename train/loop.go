@@ -16,7 +16,8 @@ import (
 
 // RunOptions configure Run.
 type RunOptions struct {
-	// Steps is the global step to train up to: a run resumed at step 40 with Steps 100 does 60.
+	// Steps is the step count (Trainer.Steps) to train up to: a run resumed at step 40 with Steps
+	// 100 does 60.
 	Steps int
 	// Progress receives one line every LogEvery steps (and for the first and last), with the step
 	// rate; nil prints nothing.
@@ -44,8 +45,9 @@ type History struct {
 	CompileSeconds float64 `json:"compile_seconds"`
 	StepSeconds    float64 `json:"step_seconds"`
 	// TokensPerSecond counts predictions (tokens for gpt, examples for mlp) per second of steady
-	// state.
+	// state; CountUnit names them (the model's CountUnit: "tokens", "examples").
 	TokensPerSecond float64 `json:"tokens_per_second"`
+	CountUnit       string  `json:"count_unit"`
 	// Offload is, with the optimizer offloaded, the bytes moved per step and the mean times of
 	// moving them and of the host's update over the steps after the first (the first alone when
 	// there is no other).
@@ -82,9 +84,11 @@ func (e *DivergedError) Error() string {
 		e.Step, e.Reason, kept)
 }
 
-// Run trains up to opts.Steps global steps on data and returns what happened (the history so far
-// also when it fails). Interrupted runs resume bit-exactly from their checkpoint: the batches depend
-// only on the step, and the weights, optimizer state, loss scale and random state are all saved.
+// Run trains up to opts.Steps steps on batches and returns what happened (the history so far also
+// when it fails). Step i trains on batches.Batch(i), whether its update is applied or skipped
+// (Trainer.Steps). Interrupted runs resume bit-exactly from their checkpoint: the batches depend
+// only on the step, and the weights, optimizer state, counters, loss scale and random state are
+// all saved. A checkpoint whose variables are not the model's (other sizes) is refused by name.
 // A step whose loss is not finite, or whose weights or optimizer state are not finite at a save,
 // stops the run with a *DivergedError before anything is saved.
 func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
@@ -96,20 +100,26 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		}
 		defer store.Close()
 	}
-	// A trainer that already ran steps continues from its global step, unless a checkpoint is
+	// A trainer that already ran steps continues from its step count, unless a checkpoint is
 	// restored.
-	h := &History{Resumed: t.GlobalStep()}
+	h := &History{Resumed: t.Steps(), CountUnit: countUnitOf(t.Config.Model)}
 	lastSaved := -1
 	if store != nil {
 		if len(store.Skipped) > 0 && opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "skipped damaged or partial checkpoints in %s:\n  %s\n", store.Dir(), strings.Join(store.Skipped, "\n  "))
 		}
-		resumed, err := store.Restore(t.Ctx)
-		if err != nil {
+		if store.ResumeFrom != "" {
+			if err := t.checkVariables(store); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := store.Restore(t.Ctx); err != nil {
 			return nil, err
 		}
 		if store.ResumeFrom != "" {
-			h.Resumed, lastSaved = resumed, resumed
+			// The restored counters say how many batches were taken, skipped steps included.
+			h.Resumed = t.Steps()
+			lastSaved = h.Resumed
 		}
 	}
 	if h.Resumed > 0 {
@@ -234,12 +244,12 @@ func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Du
 	width := 30
 	done := width * m.Step / max(total, 1)
 	bar := fmt.Sprintf("[%s%s]", strings.Repeat("█", done), strings.Repeat("·", width-done))
-	rate := fmt.Sprintf("%.2f steps/s, %s/s", 1/elapsed.Seconds(), countUnit(m.Count/elapsed.Seconds(), t.Config.Model))
+	rate := fmt.Sprintf("%.2f steps/s, %s/s", 1/elapsed.Seconds(), perSecond(m.Count/elapsed.Seconds(), countUnitOf(t.Config.Model)))
 	if first {
 		rate = fmt.Sprintf("first step %.1fs (builds and compiles the step)", elapsed.Seconds())
 	}
 	metrics := ""
-	for _, name := range t.Model.MetricNames() {
+	for _, name := range t.Config.Model.MetricNames() {
 		metrics += fmt.Sprintf("  %s %.3f", name, m.Metrics[name])
 	}
 	if m.Skipped {
@@ -249,7 +259,7 @@ func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Du
 }
 
 // WriteSummary writes a final table of the run.
-func (h *History) WriteSummary(w io.Writer, model string) {
+func (h *History) WriteSummary(w io.Writer) {
 	if len(h.Steps) == 0 {
 		fmt.Fprintln(w, "no steps run")
 		return
@@ -262,7 +272,7 @@ func (h *History) WriteSummary(w io.Writer, model string) {
 	}
 	fmt.Fprintf(w, "%-22s %.1f s\n", "first step", h.CompileSeconds)
 	if h.StepSeconds > 0 {
-		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, countUnit(h.TokensPerSecond, model))
+		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, perSecond(h.TokensPerSecond, cmp.Or(h.CountUnit, "examples")))
 	}
 	if o := h.Offload; o != nil {
 		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
@@ -270,16 +280,13 @@ func (h *History) WriteSummary(w io.Writer, model string) {
 	}
 }
 
-func countUnit(perSecond float64, model string) string {
-	unit := "examples"
-	if model == "gpt" {
-		unit = "tokens"
-	}
+// perSecond writes a rate of unit per second, e.g. "12.3k tokens".
+func perSecond(rate float64, unit string) string {
 	switch {
-	case perSecond >= 1e6:
-		return fmt.Sprintf("%.2fM %s", perSecond/1e6, unit)
-	case perSecond >= 1e3:
-		return fmt.Sprintf("%.1fk %s", perSecond/1e3, unit)
+	case rate >= 1e6:
+		return fmt.Sprintf("%.2fM %s", rate/1e6, unit)
+	case rate >= 1e3:
+		return fmt.Sprintf("%.1fk %s", rate/1e3, unit)
 	}
-	return fmt.Sprintf("%.0f %s", perSecond, unit)
+	return fmt.Sprintf("%.0f %s", rate, unit)
 }

@@ -1,21 +1,29 @@
 package train
 
 import (
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"fmt"
+
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/models"
 )
 
 // Model is what the trainer needs of a model: the shapes of a batch, and the loss of a part of a
-// batch. The tutorial's GPT and MLP are two implementations (GPT, Classifier); a model of your own
-// is a third. The trainer sets Config.Policy on the context's root scope (mixed.SetPolicy) and
-// Config.RematBlocks (remat.SetBlocks) before it calls Loss, so a model built from onegpu's
-// layers and remat.Block follows them without reading the config.
+// batch. The tutorial's GPT and MLP (models.GPT, models.Classifier) are two implementations; a
+// model of your own is a third. The trainer sets Config.Policy on the context's root scope
+// (mixed.SetPolicy) and Config.Remat (remat.SetBlocks) before it calls Loss, so a model built from
+// onegpu's layers and remat.Block follows them without reading the config.
+//
+// A model may also have these methods, which the trainer uses when present:
+//
+//	Validate() error                        // its config's errors, at Config.Validate
+//	ValidateBatch(batch, microBatch int) error // sizes too large to count, at Config.Validate
+//	RematKinds() []string                   // the kinds of remat.Block it marks, checked at Config.Validate
+//	String() string                         // its sizes, recorded in checkpoints (default: its Go type)
+//	CountUnit() string                      // what the loss averages over, for progress lines (default "examples", "tokens" for a LanguageModel)
+//	TokenShape() (seqLen, vocab int)        // a language model: data of token sequences fit it
 type Model interface {
 	// InputShapes returns the shapes of one batch of `batch` examples, in the order Loss receives
 	// them; axis 0 of each is the batch axis, along which micro-batches are cut.
@@ -27,52 +35,30 @@ type Model interface {
 	MetricNames() []string
 }
 
-// GPT is the tutorial's GPT as a Model: its inputs are tokens and targets [batch, SeqLen] (int32),
-// its loss the mean cross-entropy per token, its metric the share of tokens predicted right.
-type GPT struct{ models.GPT }
-
-// InputShapes are the tokens and the targets.
-func (m GPT) InputShapes(batch int) []shapes.Shape {
-	tokens := shapes.Make(dtypes.Int32, batch, m.Config.SeqLen)
-	return []shapes.Shape{tokens, tokens}
+// LanguageModel is a Model of token sequences: its inputs are tokens and targets [batch, seqLen]
+// (int32), ids in [0, vocab). Data of text or random tokens fits it (data.NewText,
+// data.NewSyntheticTokens).
+type LanguageModel interface {
+	Model
+	TokenShape() (seqLen, vocab int)
 }
 
-// Loss is the cross-entropy of the targets, with the accuracy as its metric.
-func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	return classification(m.Logits(ctx, batch[0]), batch[1])
+// describeModel is what a checkpoint records of a model: its String, or its Go type.
+func describeModel(m Model) string {
+	if s, ok := m.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", m)
 }
 
-// MetricNames is "accuracy".
-func (GPT) MetricNames() []string { return []string{"accuracy"} }
-
-// CountUnit says what the loss averages over: tokens.
-func (GPT) CountUnit() string { return "tokens" }
-
-// Classifier is the tutorial's MLP classifier as a Model: its inputs are features [batch, Inputs]
-// (float32) and labels [batch] (int32), its loss the mean cross-entropy, its metric the accuracy.
-type Classifier struct{ models.Classifier }
-
-// InputShapes are the features and the labels.
-func (m Classifier) InputShapes(batch int) []shapes.Shape {
-	return []shapes.Shape{shapes.Make(dtypes.Float32, batch, m.Config.Inputs), shapes.Make(dtypes.Int32, batch)}
-}
-
-// Loss is the cross-entropy of the labels, with the accuracy as its metric.
-func (m Classifier) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	return classification(m.LogProbs(ctx, batch[0]), batch[1])
-}
-
-// MetricNames is "accuracy".
-func (Classifier) MetricNames() []string { return []string{"accuracy"} }
-
-// classification returns the summed cross-entropy of labels under logits and the number of
-// correct predictions, both over the labels' count.
-func classification(logits, labels *graph.Node) (accum.Mean, []accum.Mean) {
-	sum, count := mixed.SoftmaxCrossEntropySum(logits, labels, nil)
-	// ArgMax of float32 logits: XLA's builder (go-xla v0.1.4) refuses ArgMax of bfloat16 (its
-	// reduction's initial values come out uint16), so a policy with bfloat16 outputs could not
-	// build its step on XLA. Widening is exact: the largest logit stays the largest.
-	hits := graph.Equal(graph.ArgMax(graph.ConvertDType(logits, dtypes.Float32), -1, labels.DType()), labels)
-	correct := graph.ReduceAllSum(graph.ConvertDType(hits, dtypes.Float32))
-	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
+// countUnitOf is what m's loss averages over, for progress lines: its CountUnit, else "tokens"
+// for a LanguageModel and "examples" for any other.
+func countUnitOf(m Model) string {
+	if u, ok := m.(interface{ CountUnit() string }); ok {
+		return u.CountUnit()
+	}
+	if _, ok := m.(LanguageModel); ok {
+		return "tokens"
+	}
+	return "examples"
 }

@@ -2,6 +2,9 @@ package train_test
 
 import (
 	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -16,13 +19,17 @@ import (
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
-// twoLayer is a model of a user's own: a residual block over a Dense layer, mean squared error,
-// with a "close" metric (share of predictions within 0.5).
-type twoLayer struct{}
+// twoLayer is a model of a user's own: Blocks residual blocks (Blocks 0 is 1) of width Width (0 is
+// 8) over a Dense layer, mean squared error, with a "close" metric (share of predictions within
+// 0.5). It has no String method: a checkpoint records its type, and the trainer its variables.
+type twoLayer struct{ Width, Blocks int }
 
 func (twoLayer) InputShapes(batch int) []shapes.Shape {
 	return []shapes.Shape{shapes.Make(dtypes.Float32, batch, 6), shapes.Make(dtypes.Float32, batch, 1)}
@@ -30,11 +37,18 @@ func (twoLayer) InputShapes(batch int) []shapes.Shape {
 
 func (twoLayer) MetricNames() []string { return []string{"close"} }
 
-func (twoLayer) Loss(ctx *context.Context, b []*graph.Node) (accum.Mean, []accum.Mean) {
-	h := layers.Dense(ctx.In("in"), b[0], 8)
-	h = graph.Add(h, remat.Block(ctx.In("block"), "block", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		return []*graph.Node{layers.Dense(ctx.In("inner"), layers.GELU(layers.LayerNorm(ctx.In("norm"), in[0])), 8)}
-	}, h)[0])
+func (m twoLayer) Loss(ctx *context.Context, b []*graph.Node) (accum.Mean, []accum.Mean) {
+	width := cmp.Or(m.Width, 8)
+	h := layers.Dense(ctx.In("in"), b[0], width)
+	for i := range max(m.Blocks, 1) {
+		name := "block"
+		if i > 0 {
+			name = fmt.Sprintf("block_%d", i)
+		}
+		h = graph.Add(h, remat.Block(ctx.In(name), "block", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			return []*graph.Node{layers.Dense(ctx.In("inner"), layers.GELU(layers.LayerNorm(ctx.In("norm"), in[0])), width)}
+		}, h)[0])
+	}
 	y := graph.ConvertDType(layers.Dense(ctx.In("out"), h, 1), dtypes.Float32)
 	diff := graph.Sub(y, b[1])
 	close := graph.ConvertDType(graph.LessThan(graph.Abs(diff), graph.Scalar(diff.Graph(), dtypes.Float32, 0.5)), dtypes.Float32)
@@ -57,8 +71,8 @@ func (sines) Batch(step int) []*tensors.Tensor {
 func (sines) Describe() string { return "sines" }
 
 func ownConfig() train.Config {
-	return train.Config{Batch: 8, MicroBatches: 2, RematBlocks: []string{"block"}, LossScale: "dynamic", Seed: 3,
-		Schedule: train.Schedule{Init: 1e-2, Peak: 1e-2, TransitionSteps: 1, DecayRate: 1}}
+	return train.Config{Model: twoLayer{}, Batch: 8, MicroBatches: 2, Remat: train.Remat{Kinds: []string{"block"}},
+		LossScale: mixed.NewDynamicLossScale(), Schedule: optim.Constant(1e-2), Seed: 3}
 }
 
 // TestOwnModelResumes: a user's model trains through the loop with micro-batches, remat of its
@@ -68,7 +82,7 @@ func ownConfig() train.Config {
 func TestOwnModelResumes(t *testing.T) {
 	var progress bytes.Buffer
 	run := func(dir string, steps int) []train.StepMetrics {
-		tr, err := train.NewFor(embedded(), twoLayer{}, ownConfig())
+		tr, err := train.New(embedded(), ownConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +108,7 @@ func TestOwnModelResumes(t *testing.T) {
 		t.Errorf("progress lines:\n%s", out)
 	}
 
-	tr, err := train.NewFor(embedded(), twoLayer{}, ownConfig())
+	tr, err := train.New(embedded(), ownConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,24 +126,175 @@ func TestOwnModelResumes(t *testing.T) {
 	}
 }
 
-// TestNewForErrors: what cannot work is an error naming it, before anything runs.
-func TestNewForErrors(t *testing.T) {
+// TestNewErrors: what cannot work is an error naming it, before anything runs.
+func TestNewErrors(t *testing.T) {
 	odd := ownConfig()
 	odd.MicroBatches = 3
 	empty := ownConfig()
-	empty.RematBlocks = []string{""}
+	empty.Remat.Kinds = []string{""}
+	none := ownConfig()
+	none.Model = nil
 	for _, tc := range []struct {
-		model  train.Model
 		config train.Config
 		want   string
 	}{
-		{nil, ownConfig(), "no model"},
-		{twoLayer{}, odd, "does not split into 3"},
-		{twoLayer{}, empty, "a block name is empty"},
+		{none, "no model"},
+		{odd, "does not split into 3"},
+		{empty, "a kind is empty"},
 	} {
-		_, err := train.NewFor(embedded(), tc.model, tc.config)
+		_, err := train.New(embedded(), tc.config)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("NewFor(%v, %+v): %v, want an error containing %q", tc.model, tc.config, err, tc.want)
+			t.Errorf("New(%+v): %v, want an error containing %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// TestMisspeltKindIsAnError: a kind of block the model does not mark is an error naming the kinds
+// it has, when the step is built (a model without RematKinds cannot say earlier), instead of a run
+// without remat.
+func TestMisspeltKindIsAnError(t *testing.T) {
+	c := ownConfig()
+	c.Remat.Kinds = []string{"blok"}
+	tr, err := train.New(embedded(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	want := `remat blok: the model has no block of that kind; its kinds are block`
+	if _, err := tr.Program(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Program: %v, want an error containing %q", err, want)
+	}
+	if _, err := tr.Step(sines{}.Batch(0)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Step: %v, want an error containing %q", err, want)
+	}
+}
+
+// TestStepRefusesBatchOfOtherSize: a batch whose shapes are not the run's is an error naming both
+// shapes, before anything runs.
+func TestStepRefusesBatchOfOtherSize(t *testing.T) {
+	c := ownConfig()
+	c.Batch = 16
+	tr, err := train.New(embedded(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	_, err = tr.Step(sines{}.Batch(0)) // 8 examples
+	if err == nil || !strings.Contains(err.Error(), "input #0 of the batch is (Float32)[8 6], the model takes (Float32)[16 6] (Config.Batch 16)") {
+		t.Errorf("a batch of 8 for a run of 16: %v", err)
+	}
+	if _, err := tr.Step(sines{}.Batch(0)[:1]); err == nil || !strings.Contains(err.Error(), "a batch of 1 tensors, the model takes 2") {
+		t.Errorf("a batch of one tensor: %v", err)
+	}
+	if tr.Steps() != 0 {
+		t.Errorf("%d steps taken after refused batches", tr.Steps())
+	}
+}
+
+// TestOwnModelOfOtherSizesIsRefused: resuming a checkpoint of a model of one's own with other
+// sizes (a wider layer, one more block, one block fewer) is refused before anything is loaded,
+// naming each variable that differs; the same sizes resume.
+func TestOwnModelOfOtherSizesIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "own")
+	run := func(m twoLayer, steps int) error {
+		c := ownConfig()
+		c.Model = m
+		tr, err := train.New(embedded(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		_, err = tr.Run(sines{}, train.RunOptions{Steps: steps, CheckpointDir: dir})
+		return err
+	}
+	if err := run(twoLayer{Blocks: 2}, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		model twoLayer
+		want  []string
+	}{
+		{twoLayer{Width: 12, Blocks: 2}, []string{"variable /in/kernel: this checkpoint holds (Float32)[6 8]; the model has (Float32)[6 12]"}},
+		{twoLayer{Blocks: 3}, []string{"variable /block_2/inner/kernel: this checkpoint has none; the model has (Float32)[8 8]"}},
+		{twoLayer{Blocks: 1}, []string{"variable /block_1/inner/kernel: this checkpoint holds (Float32)[8 8]; the model has no such variable"}},
+	} {
+		err := run(tc.model, 4)
+		var mismatch *checkpoint.ConfigMismatchError
+		if !errors.As(err, &mismatch) {
+			t.Errorf("%+v: %v, want a *ConfigMismatchError", tc.model, err)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%+v: the error does not say %q:\n%v", tc.model, want, err)
+			}
+		}
+		if strings.Contains(err.Error(), "Optimizer") {
+			t.Errorf("%+v: the error lists the optimizer's state besides the parameters:\n%v", tc.model, err)
+		}
+	}
+	if err := run(twoLayer{Blocks: 2}, 3); err != nil {
+		t.Errorf("the same sizes: %v", err)
+	}
+}
+
+// TestRunTakesTheOptimizerClipAndSchedule: Run trains with an optimizer value (AdamW with its weight
+// decay), clipping by global norm and a schedule function (warm-up and cosine) exactly as the
+// same chain assembled by hand from package optim and run with GoMLX's context.Exec: the same
+// losses and weights, bit for bit.
+func TestRunTakesTheOptimizerClipAndSchedule(t *testing.T) {
+	const steps = 4
+	schedule := optim.WarmupCosine(1e-3, 2e-2, 2, 10, 1e-3)
+	adamW := func() optim.Optimizer { return optim.AdamW().WeightDecay(0.1).Done() }
+	c := train.Config{Model: twoLayer{}, Batch: 8, MicroBatches: 2, Optimizer: adamW(), ClipNorm: 0.5, Schedule: schedule, Seed: 3}
+	tr, err := train.New(embedded(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	h, err := tr.Run(sines{}, train.RunOptions{Steps: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.New()
+	if err := ctx.SetRNGStateFromSeed(3); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := optim.NewChain(optim.MicroBatches(2), optim.ClipByGlobalNorm(0.5), optim.Apply(adamW()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := context.NewExec(embedded(), ctx, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		ctx.SetTraining(in[0].Graph(), true)
+		optim.ApplySchedule(ctx, in[0].Graph(), schedule)
+		return chain.StepFn(twoLayer{}.Loss)(ctx, in)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exec.Finalize()
+	for i := range steps {
+		b := sines{}.Batch(i)
+		out, err := exec.Exec(b[0], b[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := float64(out[0].Value().(float32)); got != h.Steps[i].Loss {
+			t.Errorf("step %d: loss %v through Run, %v through the hand-made chain", i+1, h.Steps[i].Loss, got)
+		}
+	}
+	for v := range tr.Ctx.IterVariables() {
+		if !v.Trainable {
+			continue
+		}
+		mine := ctx.InspectVariable(v.Scope(), v.Name())
+		if mine == nil || mine.MustValue().String() != v.MustValue().String() {
+			t.Errorf("%s differs between Run and the hand-made chain", v.ScopeAndName())
+		}
+	}
+	if record := train.Record(c); record.Optimizer != "adamw(b1=0.9, b2=0.999, eps=1e-08, weight_decay=0.1), loss scale none, clip by global norm 0.5" ||
+		record.Schedule != "warmup_cosine_decay" {
+		t.Errorf("the checkpoint records %+v", record)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
@@ -13,6 +14,8 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -20,9 +23,8 @@ import (
 // micro-batches: small enough to run a few steps twice per backend.
 func offloadConfig(t *testing.T) train.Config {
 	c := tinyConfig(t)
-	c.Policy, _ = mixed.ParsePolicy("float32")
-	c.MicroBatches, c.GPT.MicroBatch = 2, 2
-	c.GPT.Layers = 1
+	c.Policy, c.MicroBatches = mixed.Float32, 2
+	editGPT(&c, func(g *models.GPTConfig) { g.Layers = 1 })
 	return c
 }
 
@@ -34,7 +36,7 @@ func runOffload(t *testing.T, backend backends.Backend, config train.Config, to 
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(config.Batch, gptOf(config).SeqLen, gptOf(config).Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +55,9 @@ func runOffload(t *testing.T, backend backends.Backend, config train.Config, to 
 // both skip every step.
 func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 	cases := []struct{ optimizer, lossScale string }{
-		{train.OptimizerAdam, "none"},
-		{train.OptimizerAdam8bit, "dynamic"},
-		{train.OptimizerAdam, "static=3e38"}, // every step's gradients overflow: all skipped
+		{"adam", "none"},
+		{"adam8bit", "dynamic"},
+		{"adam", "static=3e38"}, // every step's gradients overflow: all skipped
 	}
 	for _, backend := range testkit.All() {
 		for _, c := range cases {
@@ -64,9 +66,15 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s/%s/%s", backend.Name(), c.optimizer, c.lossScale), func(t *testing.T) {
 				config := offloadConfig(t)
-				config.Optimizer, config.LossScale = c.optimizer, c.lossScale
+				var err error
+				if config.Optimizer, err = optim.ByName(c.optimizer, optim.Settings{}); err != nil {
+					t.Fatal(err)
+				}
+				if config.LossScale, err = mixed.ParseLossScale(c.lossScale); err != nil {
+					t.Fatal(err)
+				}
 				if backend != testkit.Embedded() {
-					config.MicroBatches, config.GPT.MicroBatch = 1, 1 // half the graph for XLA to compile
+					config.MicroBatches = 1 // half the graph for XLA to compile
 				}
 				plain, want := runOffload(t, backend, config, 3, "")
 				defer plain.Close()
@@ -95,7 +103,7 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 					return
 				}
 				stats := got.Offload
-				params := 4 * config.GPT.Params()
+				params := 4 * gptOf(config).Params()
 				if stats == nil || stats.BytesToDevice != params || stats.BytesToHost != params {
 					t.Fatalf("offload stats %+v: want the %d bytes of parameters to the device and of gradients back", stats, params)
 				}
@@ -112,7 +120,7 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 // this size: its gradients, all alive at the end, outlive the whole step's; on the tutorial's GPT
 // with 4 the total still drops by 1.008x the state.)
 func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
-	batches, err := data.NewSyntheticTokens(plain.Config.Batch, plain.Config.GPT.SeqLen, plain.Config.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(plain.Config.Batch, gptOf(plain.Config).SeqLen, gptOf(plain.Config).Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +153,8 @@ func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
 // checkpoint ends with the losses and state of an uninterrupted offloaded run, bit for bit.
 func TestOffloadResumeIsExact(t *testing.T) {
 	config := offloadConfig(t)
-	config.Offload, config.Optimizer, config.LossScale = train.OffloadOptimizer, train.OptimizerAdam8bit, "dynamic"
+	config.Offload, config.LossScale = train.OffloadOptimizer, mixed.NewDynamicLossScale()
+	config.Optimizer = optim.Adam8bit().Betas(optim.AdamBeta1, optim.AdamBeta2).Epsilon(optim.AdamEpsilon).Done()
 	straightTrainer, straight := runOffload(t, embedded(), config, 4, filepath.Join(t.TempDir(), "straight"))
 	defer straightTrainer.Close()
 	dir := filepath.Join(t.TempDir(), "resumed")
@@ -190,8 +199,11 @@ func TestOffloadRefusesSeveralDevices(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	config.Devices, config.Offload = train.Devices{}, "moments"
+	config.Devices, config.Offload = train.Devices{}, 7
 	if _, err := train.New(embedded(), config); err == nil {
-		t.Fatal(`offload "moments" was accepted`)
+		t.Fatal(`offload mode 7 was accepted`)
+	}
+	if _, err := train.ParseOffload("moments"); err == nil || !strings.Contains(err.Error(), "use none or optimizer") {
+		t.Errorf(`ParseOffload("moments"): %v`, err)
 	}
 }

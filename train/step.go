@@ -1,12 +1,9 @@
 package train
 
 import (
-	"fmt"
-
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/mixed"
@@ -16,20 +13,17 @@ import (
 
 // StepFn is the train step's graph function: the policy and remat blocks set on the context, the
 // learning rate of the schedule, the micro-batched forward and backward passes, and the gradient
-// chain (loss scale with an atomic skip, Adam). It returns the loss, the model's metrics, the
-// count they average over (tokens or examples), the step's finite flag and the moving-average
-// loss. Give it to graph.ContextProgram to analyze the step without running it.
+// chain (loss scale with an atomic skip, clipping, the optimizer). It returns the loss, the
+// model's metrics, the count they average over (tokens or examples), the step's finite flag and
+// the moving-average loss. Give it to graph.ContextProgram to analyze the step without running it.
 func (t *Trainer) StepFn() accum.StepFn {
-	c := t.Config
-	chain, err := t.Chain()
-	if err != nil {
-		panic(err) // NewFor validated the config
-	}
+	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		g := inputs[0].Graph()
 		t.setForModel(ctx, g)
-		c.Schedule.Apply(ctx, g)
-		r := chain.Step(ctx, inputs, t.Model.Loss)
+		optim.ApplySchedule(ctx, g, t.Config.Schedule)
+		r := chain.Step(ctx, inputs, t.Config.Model.Loss)
+		t.checkRematKinds(g)
 		finite := optim.Finite(ctx, g)
 		return append(r.Outputs(), r.Count, finite, movingAverage(ctx, g, r.Loss, finite))
 	}
@@ -40,7 +34,16 @@ func (t *Trainer) StepFn() accum.StepFn {
 func (t *Trainer) setForModel(ctx *context.Context, g *graph.Graph) {
 	ctx.SetTraining(g, true)
 	mixed.SetPolicy(ctx, t.Config.Policy)
-	remat.SetBlocks(ctx, remat.With(t.Config.RematPolicy), t.Config.RematBlocks...)
+	remat.SetBlocks(ctx, remat.With(t.Config.Remat.Policy), t.Config.Remat.Kinds...)
+}
+
+// checkRematKinds panics (the step's graph function's way to fail; Step and Program return it as
+// an error) when the run asks to rematerialize a kind of block the model did not build in g: a
+// misspelt kind would otherwise train without remat.
+func (t *Trainer) checkRematKinds(g *graph.Graph) {
+	if err := remat.MissingKinds(g, t.Config.Remat.Kinds); err != nil {
+		panic(err)
+	}
 }
 
 // Names of the moving-average loss's state, in MeanLossScope.
@@ -67,45 +70,25 @@ func movingAverage(ctx *context.Context, g *graph.Graph, loss, finite *graph.Nod
 	return graph.Where(finite, newMean, mean)
 }
 
-// The Adam hyperparameters of the step (the tutorial's, optax.adam's defaults), as optax names them.
-const (
-	AdamBeta1   = 0.9
-	AdamBeta2   = 0.999
-	AdamEpsilon = 1e-8
-)
-
-// Values of Config.Optimizer.
-const (
-	OptimizerAdam     = "adam"
-	OptimizerAdam8bit = "adam8bit"
-)
-
-// checkOptimizer refuses a Config.Optimizer that is not one of its values.
-func checkOptimizer(name string) error {
-	if name != "" && name != OptimizerAdam && name != OptimizerAdam8bit {
-		return fmt.Errorf("unknown optimizer %q: use %s or %s", name, OptimizerAdam, OptimizerAdam8bit)
-	}
-	return nil
-}
-
-// Chain returns the step's gradient chain: MicroBatches, then LossScale when the config has one,
-// then Adam (or 8-bit Adam).
+// Chain returns the step's gradient chain: MicroBatches, then LossScale when the run has one, then
+// ClipByGlobalNorm when it clips, then the optimizer.
 func (t *Trainer) Chain() (*optim.Chain, error) {
 	c := t.Config
-	adam := optimizers.Adam().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
-	if err := checkOptimizer(c.Optimizer); err != nil {
-		return nil, err
+	links := []optim.Transform{optim.MicroBatches(c.microBatches())}
+	if c.LossScale != nil {
+		links = append(links, optim.LossScale(c.LossScale))
 	}
-	if c.Optimizer == OptimizerAdam8bit {
-		adam = optim.Adam8bit().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).LearningRate(c.Schedule.Peak).Done()
+	if c.ClipNorm > 0 {
+		links = append(links, optim.ClipByGlobalNorm(c.ClipNorm))
 	}
-	links := []optim.Transform{optim.MicroBatches(c.MicroBatches)}
-	scale, err := ParseLossScale(c.LossScale)
+	return optim.NewChain(append(links, optim.Apply(c.optimizer()))...)
+}
+
+// mustChain is Chain for the step's graph functions, which New's validation lets build it.
+func (t *Trainer) mustChain() *optim.Chain {
+	chain, err := t.Chain()
 	if err != nil {
-		return nil, err
+		panic(err)
 	}
-	if scale != nil {
-		links = append(links, optim.LossScale(scale))
-	}
-	return optim.NewChain(append(links, optim.Apply(adam))...)
+	return chain
 }

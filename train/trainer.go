@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
@@ -13,15 +12,15 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 )
 
 // Trainer trains a model on one backend, one step at a time. Its state — weights, optimizer
 // moments, step counter, loss scale, random state — lives in Ctx, so checkpoints capture it all.
 type Trainer struct {
+	// Config is the run; New validated it (and read MicroBatches 0 as 1 and the zero Policy as
+	// float32).
 	Config  Config
-	Model   Model
 	Backend backends.Backend
 	Ctx     *context.Context
 	// exec runs the step (see executor); created on first use, released by Close.
@@ -30,38 +29,20 @@ type Trainer struct {
 	started bool
 }
 
-// New validates config and prepares a trainer of the tutorial's model config.Model whose variables
-// are initialized from config.Seed on the first step. It returns an error, not a panic, for a
-// config that cannot work or a policy the backend cannot compute.
+// New validates config (Config.Validate) and prepares a trainer of config.Model whose variables
+// are initialized from config.Seed on the first step. The loop (Run), checkpoints and resume,
+// Program and the progress lines work alike for the tutorial's models and a model of your own.
+// It returns an error, not a panic, for a config that cannot work or a policy the backend cannot
+// compute.
 func New(backend backends.Backend, config Config) (*Trainer, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	var model Model = Classifier{models.Classifier{Config: config.Classifier, Policy: config.Policy}}
-	if config.Model == "gpt" {
-		model = GPT{models.GPT{Config: config.GPT, Policy: config.Policy, Remat: config.Remat,
-			RematPolicy: config.RematPolicy, SoftmaxDType: dtypes.Float32}}
-	}
-	return NewFor(backend, model, config)
-}
-
-// NewFor prepares a trainer of a model of your own with config's training settings (batch,
-// micro-batches, policy, remat blocks, loss scale, schedule, seed; see ValidateTraining). The
-// loop, checkpoints and resume, Program and the progress lines work as for the tutorial's models.
-func NewFor(backend backends.Backend, model Model, config Config) (*Trainer, error) {
-	if model == nil {
-		return nil, fmt.Errorf("no model: give train.NewFor a train.Model (e.g. train.GPT, train.Classifier or your own)")
-	}
-	if err := config.ValidateTraining(); err != nil {
-		return nil, err
-	}
-	if config.Policy == (mixed.Policy{}) {
-		config.Policy = mixed.Float32
-	}
+	config.MicroBatches, config.Policy = config.microBatches(), config.policy()
 	if err := config.Policy.Validate(backend); err != nil {
 		return nil, err
 	}
-	if err := accum.CheckSplit(config.MicroBatches, model.InputShapes(config.Batch)...); err != nil {
+	if err := accum.CheckSplit(config.MicroBatches, config.Model.InputShapes(config.Batch)...); err != nil {
 		return nil, err
 	}
 	if err := config.Devices.CheckBackend(backend); err != nil {
@@ -71,11 +52,11 @@ func NewFor(backend backends.Backend, model Model, config Config) (*Trainer, err
 	if err := ctx.SetRNGStateFromSeed(int64(config.Seed)); err != nil {
 		return nil, err
 	}
-	return &Trainer{Config: config, Model: model, Backend: backend, Ctx: ctx}, nil
+	return &Trainer{Config: config, Backend: backend, Ctx: ctx}, nil
 }
 
 // InputShapes are the shapes of one batch, in the order the step takes them.
-func (t *Trainer) InputShapes() []shapes.Shape { return t.Model.InputShapes(t.Config.Batch) }
+func (t *Trainer) InputShapes() []shapes.Shape { return t.Config.Model.InputShapes(t.Config.Batch) }
 
 // DeviceStepFn is the part of the step that runs on the trainer's backend: StepFn itself, or with
 // the optimizer offloaded the loss, metrics and count, with each parameter's float32 gradient
@@ -96,7 +77,9 @@ func (t *Trainer) Program() (*ograph.Program, error) {
 
 // StepMetrics are one step's results.
 type StepMetrics struct {
-	Step     int     `json:"step"`     // the global step after this update
+	// Step counts the steps taken, this one included: the batches trained on, whether their
+	// update was applied or skipped (Trainer.Steps).
+	Step     int     `json:"step"`
 	Loss     float64 `json:"loss"`     // mean loss over the batch (cross-entropy for gpt and mlp)
 	Accuracy float64 `json:"accuracy"` // share of predictions equal to the label (models with an "accuracy" metric)
 	Count    float64 `json:"count"`    // what the loss averages over: tokens (gpt) or examples
@@ -110,7 +93,8 @@ type StepMetrics struct {
 }
 
 // Step runs one train step on batch (the tensors Data.Batch returns) and returns its metrics.
-// The first call builds and compiles the step's graph and initializes the variables.
+// The first call builds and compiles the step's graph and initializes the variables. A batch of
+// other shapes than InputShapes is an error naming both, before anything runs.
 func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 	outs, _, err := t.run(batch)
 	if err != nil {
@@ -122,6 +106,9 @@ func (t *Trainer) Step(batch []*tensors.Tensor) (StepMetrics, error) {
 // run executes the step on batch with the trainer's executor, compiling it first if needed, and
 // returns its outputs and the graph the device ran.
 func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+	if err := t.checkBatch(batch); err != nil {
+		return nil, nil, err
+	}
 	var (
 		outs []*tensors.Tensor
 		g    *graph.Graph
@@ -134,15 +121,33 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("train step %d: %w", t.GlobalStep()+1, err)
+		return nil, nil, fmt.Errorf("train step %d: %w", t.Steps()+1, err)
 	}
 	return outs, g, nil
 }
 
+// checkBatch returns an error unless batch has the shapes of InputShapes, in order.
+func (t *Trainer) checkBatch(batch []*tensors.Tensor) error {
+	want := t.InputShapes()
+	if len(batch) != len(want) {
+		return fmt.Errorf("train step %d: a batch of %d tensors, the model takes %d (%v)", t.Steps()+1, len(batch), len(want), want)
+	}
+	for i, b := range batch {
+		if b == nil {
+			return fmt.Errorf("train step %d: input #%d of the batch is nil, the model takes %s", t.Steps()+1, i, want[i])
+		}
+		if got := b.Shape(); !got.Equal(want[i]) {
+			return fmt.Errorf("train step %d: input #%d of the batch is %s, the model takes %s (Config.Batch %d): give batches of the run's size",
+				t.Steps()+1, i, got, want[i], t.Config.Batch)
+		}
+	}
+	return nil
+}
+
 // metricsOf reads StepFn's outputs.
 func (t *Trainer) metricsOf(outs []*tensors.Tensor) StepMetrics {
-	names := t.Model.MetricNames()
-	m := StepMetrics{Step: t.GlobalStep(), Loss: scalar(outs[0]), Metrics: map[string]float64{}}
+	names := t.Config.Model.MetricNames()
+	m := StepMetrics{Step: t.Steps(), Loss: scalar(outs[0]), Metrics: map[string]float64{}}
 	for i, name := range names {
 		m.Metrics[name] = scalar(outs[1+i])
 	}
@@ -152,12 +157,28 @@ func (t *Trainer) metricsOf(outs []*tensors.Tensor) StepMetrics {
 	return m
 }
 
-// GlobalStep returns the number of optimizer updates applied so far.
+// GlobalStep returns the number of optimizer updates applied so far (GoMLX's global step, which
+// the schedule reads).
 func (t *Trainer) GlobalStep() int {
-	v := t.Ctx.InspectVariable(context.RootScope, optimizers.GlobalStepVariableName)
+	return t.counter(context.RootScope, optimizers.GlobalStepVariableName)
+}
+
+// Steps returns the number of steps taken so far: the updates applied (GlobalStep) and the steps
+// skipped because their gradients were not finite (optim.SkippedStepsVariable, under a loss
+// scale). It is the index of the next batch: Run trains on batch Steps(), so a skipped step
+// consumes its batch, and a resumed run continues with the batch an uninterrupted one would.
+func (t *Trainer) Steps() int {
+	return t.GlobalStep() + t.counter(optim.DefaultScope, optim.SkippedStepsVariable)
+}
+
+// counter reads an int64 counter of the context (0 when it does not exist yet). Reading it may
+// load it from a restored checkpoint; a counter is never trainable.
+func (t *Trainer) counter(scope, name string) int {
+	v := t.Ctx.InspectVariable(scope, name)
 	if v == nil || !v.HasValue() {
 		return 0
 	}
+	v.SetTrainable(false)
 	return int(tensors.ToScalar[int64](v.MustValue()))
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -14,23 +15,43 @@ import (
 func TestConfigValidateRefusesNonFinite(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
 	base := tinyConfig(t)
-	mlp := train.Config{Model: "mlp", Classifier: models.TutorialClassifier, Batch: 8, MicroBatches: 1, LossScale: "none", Schedule: base.Schedule}
+	mlp := train.Config{Model: models.Classifier{Config: models.TutorialClassifier}, Batch: 8, MicroBatches: 1, Schedule: base.Schedule}
+	tutorial := func(edit func(s *optim.WarmupExponentialDecaySchedule)) func(c *train.Config) {
+		return func(c *train.Config) {
+			s := c.Schedule.(optim.WarmupExponentialDecaySchedule)
+			edit(&s)
+			c.Schedule = s
+		}
+	}
+	gpt := func(edit func(g *models.GPTConfig)) func(c *train.Config) {
+		return func(c *train.Config) { editGPT(c, edit) }
+	}
+	classifier := func(edit func(k *models.ClassifierConfig)) func(c *train.Config) {
+		return func(c *train.Config) {
+			*c = mlp
+			k := c.Model.(models.Classifier)
+			edit(&k.Config)
+			c.Model = k
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(c *train.Config)
 		want string
 	}{
-		{"infinite peak", func(c *train.Config) { c.Schedule.Peak = inf }, "peak learning rate +Inf"},
-		{"NaN peak", func(c *train.Config) { c.Schedule.Peak = nan }, "peak learning rate NaN"},
-		{"NaN initial rate", func(c *train.Config) { c.Schedule.Init = nan }, "initial learning rate NaN"},
-		{"NaN decay", func(c *train.Config) { c.Schedule.DecayRate = nan }, "decay rate NaN"},
-		{"NaN dropout", func(c *train.Config) { c.GPT.Dropout = nan }, "Dropout = NaN"},
-		{"overflowing parameter count", func(c *train.Config) { c.GPT.Hidden, c.GPT.HeadDim = 1<<31, 1<<30 }, "the parameter count would be"},
-		{"overflowing logits", func(c *train.Config) { c.GPT.Vocab = 3 << 37 }, "logits"},
-		{"overflowing attention", func(c *train.Config) { c.GPT.SeqLen = 1 << 25 }, "would be"},
-		{"classifier NaN dropout", func(c *train.Config) { *c = mlp; c.Classifier.Dropout = nan }, "classifier config: Dropout = NaN"},
+		{"infinite peak", tutorial(func(s *optim.WarmupExponentialDecaySchedule) { s.Peak = inf }), "peak learning rate +Inf"},
+		{"NaN peak", tutorial(func(s *optim.WarmupExponentialDecaySchedule) { s.Peak = nan }), "peak learning rate NaN"},
+		{"NaN initial rate", tutorial(func(s *optim.WarmupExponentialDecaySchedule) { s.Init = nan }), "initial learning rate NaN"},
+		{"NaN decay", tutorial(func(s *optim.WarmupExponentialDecaySchedule) { s.DecayRate = nan }), "decay rate NaN"},
+		{"NaN constant rate", func(c *train.Config) { c.Schedule = optim.Constant(nan) }, "learning rate NaN"},
+		{"NaN clip", func(c *train.Config) { c.ClipNorm = nan }, "clip norm NaN"},
+		{"NaN dropout", gpt(func(g *models.GPTConfig) { g.Dropout = nan }), "Dropout = NaN"},
+		{"overflowing parameter count", gpt(func(g *models.GPTConfig) { g.Hidden, g.HeadDim = 1<<31, 1<<30 }), "the parameter count would be"},
+		{"overflowing logits", gpt(func(g *models.GPTConfig) { g.Vocab = 3 << 37 }), "logits"},
+		{"overflowing attention", gpt(func(g *models.GPTConfig) { g.SeqLen = 1 << 25 }), "would be"},
+		{"classifier NaN dropout", classifier(func(k *models.ClassifierConfig) { k.Dropout = nan }), "classifier config: Dropout = NaN"},
 		{"classifier overflowing batch", func(c *train.Config) { *c = mlp; c.Batch = 1 << 50 }, "more values than onegpu counts"},
-		{"classifier with one class", func(c *train.Config) { *c = mlp; c.Classifier.Classes = 1 }, "Classes = 1"},
+		{"classifier with one class", classifier(func(k *models.ClassifierConfig) { k.Classes = 1 }), "Classes = 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base

@@ -11,7 +11,6 @@ import (
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
-	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -42,20 +41,20 @@ func TestXLAKeepsRematAndSerialization(t *testing.T) {
 	backend := xlaBackend(t)
 	defer backend.Finalize()
 	base := tinyConfig(t)
-	base.GPT = models.Presets["small"]
-	base.GPT.Layers = 2
+	small := models.Presets["small"]
+	small.Layers = 2
+	base.Model = models.GPT{Config: small}
 	base.Batch, base.MicroBatches = 16, 1
-	base.Policy, _ = mixed.ParsePolicy("float32")
-	base.Remat = remat.Spec{}
+	base.Policy = mixed.Float32
+	base.Remat = train.Remat{}
 	plain := xlaTemporaryBytes(t, backend, base)
 
 	withRemat := base
-	withRemat.Remat = remat.Spec{MLP: true, Attention: true}
+	withRemat.Remat = train.Remat{Kinds: []string{"mlp", "attn"}}
 	remat := xlaTemporaryBytes(t, backend, withRemat)
 
 	micro := base
 	micro.MicroBatches = 4
-	micro.GPT.MicroBatch = 4
 	serialized := xlaTemporaryBytes(t, backend, micro)
 
 	t.Logf("XLA temporary bytes: plain %.1f MiB, remat of MLP and attention %.1f MiB (%.2fx), 4 micro-batches %.1f MiB (%.2fx)",
@@ -82,13 +81,14 @@ func TestXLAMicroBatchesShrinkTemporariesAtScale(t *testing.T) {
 	backend := xlaBackend(t)
 	defer backend.Finalize()
 	one := tinyConfig(t)
-	one.GPT = models.Presets["tutorial"]
-	one.GPT.Layers = 2
-	one.Batch, one.MicroBatches, one.GPT.MicroBatch = one.GPT.Batch, 1, 1
+	tutorial := models.Presets["tutorial"]
+	tutorial.Layers = 2
+	one.Model = models.GPT{Config: tutorial}
+	one.Batch, one.MicroBatches = 64, 1 // the tutorial's batch
 	four := one
-	four.MicroBatches, four.GPT.MicroBatch = 4, 4
+	four.MicroBatches = 4
 	noDropout := four
-	noDropout.GPT.Dropout = 0
+	editGPT(&noDropout, func(g *models.GPTConfig) { g.Dropout = 0 })
 	whole, split, plain := xlaTemporaryBytes(t, backend, one), xlaTemporaryBytes(t, backend, four), xlaTemporaryBytes(t, backend, noDropout)
 	t.Logf("XLA temporary bytes: 1 micro-batch %.1f MiB, 4 micro-batches %.1f MiB (%.2fx), 4 without dropout %.1f MiB (dropout costs %.2fx)",
 		mib(whole), mib(split), float64(split)/float64(whole), mib(plain), float64(split)/float64(plain))
@@ -109,7 +109,8 @@ func TestBFloat16OutputsOnXLA(t *testing.T) {
 	backend := xlaBackend(t)
 	defer backend.Finalize()
 	config := tinyConfig(t)
-	config.GPT.Layers, config.Batch, config.GPT.Batch, config.MicroBatches, config.GPT.MicroBatch = 1, 4, 4, 1, 1
+	editGPT(&config, func(g *models.GPTConfig) { g.Layers = 1 })
+	config.Batch, config.MicroBatches = 4, 1
 	var err error
 	if config.Policy, err = mixed.ParsePolicy("bf16"); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestBFloat16OutputsOnXLA(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+		batches, err := data.NewSyntheticTokens(config.Batch, gptOf(config).SeqLen, gptOf(config).Vocab, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

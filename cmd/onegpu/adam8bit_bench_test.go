@@ -23,7 +23,7 @@ var (
 //
 //	go test ./cmd/onegpu -run '^$' -bench Adam8bitLossCurves -benchtime 1x -loss-curve-steps 300
 func BenchmarkAdam8bitLossCurves(b *testing.B) {
-	names := []string{train.OptimizerAdam, train.OptimizerAdam8bit}
+	names := []string{"adam", "adam8bit"}
 	for range b.N {
 		var histories []*train.History
 		for _, name := range names {
@@ -41,7 +41,7 @@ func BenchmarkAdam8bitLossCurves(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			data, err := trainingData(config, "text")
+			batches, err := batchData(config, "text")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func BenchmarkAdam8bitLossCurves(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h, err := trainer.Run(data, train.RunOptions{Steps: *lossCurveSteps})
+			h, err := trainer.Run(batches, train.RunOptions{Steps: *lossCurveSteps})
 			trainer.Close()
 			backend.Finalize()
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -44,13 +45,16 @@ func FuzzSetupFlags(f *testing.F) {
 		if set["batch"] && c.Batch != s.batch || set["microbatches"] && c.MicroBatches != s.microBatches {
 			t.Fatalf("%q: batch %d in %d micro-batches, not what was given", line, c.Batch, c.MicroBatches)
 		}
-		if set["lr"] && c.Schedule.Peak != s.learningRate {
-			t.Fatalf("%q: peak learning rate %g, given %g", line, c.Schedule.Peak, s.learningRate)
+		if set["lr"] && c.Schedule.At(1000) > s.learningRate {
+			t.Fatalf("%q: learning rate %g after warm-up, above the peak given, %g", line, c.Schedule.At(1000), s.learningRate)
 		}
-		for _, v := range []float64{c.Schedule.Init, c.Schedule.Peak, c.Schedule.DecayRate, c.GPT.Dropout, c.Classifier.Dropout} {
+		for _, v := range []float64{c.Schedule.At(0), c.Schedule.At(1000), c.ClipNorm} {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Fatalf("%q: a non-finite number in %+v", line, c)
 			}
+		}
+		if !strings.Contains(describe(c), fmt.Sprint(c.Batch)) {
+			t.Fatalf("%q: the description %q lacks the batch", line, describe(c))
 		}
 		if c.Batch < 1 || c.MicroBatches < 1 || c.Batch%c.MicroBatches != 0 {
 			t.Fatalf("%q: batch %d in %d micro-batches", line, c.Batch, c.MicroBatches)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -338,13 +339,22 @@ func compareConfig(flagsText, backend, optimizer string) (setup, train.Config, e
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := referenceOptimizerArgs(config.Optimizer, 0); err != nil {
+	if _, err := referenceOptimizerArgs(s.optimizer, s.weightDecay); err != nil {
 		return fail(err)
 	}
-	if config.LossScale != "none" && config.LossScale != "" {
+	if config.LossScale != nil {
 		return fail(fmt.Errorf("compare runs without loss scaling (the reference has none)"))
 	}
-	config.GPT.Dropout, config.Classifier.Dropout = 0, 0
+	if config.ClipNorm > 0 {
+		return fail(fmt.Errorf("compare runs without clipping (the reference has none)"))
+	}
+	family, err := plan.Model(s.model)
+	if err != nil {
+		return fail(err)
+	}
+	if family.WithDropout != nil {
+		config.Model = family.WithDropout(config.Model, 0)
+	}
 	return *s, config, nil
 }
 
@@ -363,13 +373,13 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
-	r.Optimizer = cmp.Or(config.Optimizer, "adam")
-	if o.referenceArgs, err = referenceOptimizerArgs(config.Optimizer, 0); err != nil {
+	r.Optimizer = cmp.Or(s.optimizer, "adam")
+	if o.referenceArgs, err = referenceOptimizerArgs(s.optimizer, s.weightDecay); err != nil {
 		return fail(err)
 	}
 	r.Name, r.Config = compareName(s, config), describe(config)
 	r.unit = "tokens"
-	if config.Model == "mlp" {
+	if _, ok := config.Model.(train.LanguageModel); !ok {
 		r.unit = "examples"
 	}
 	r.Compute = config.Policy.Compute.String()
@@ -377,7 +387,7 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	if config.Policy.Compute == dtypes.BFloat16 || config.Policy.Compute == dtypes.Float16 {
 		r.Tolerance = o.tolBF16
 	}
-	batches, err := trainingData(config, o.data)
+	batches, err := batchData(config, o.data)
 	if err != nil {
 		return fail(err)
 	}
@@ -421,8 +431,8 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 
 // compareName is a short name of a configuration.
 func compareName(s setup, c train.Config) string {
-	if c.Model == "mlp" {
-		return fmt.Sprintf("mlp, %s, batch %d, %s", c.Policy, c.Batch, plural(c.MicroBatches, "micro-batch"))
+	if _, ok := c.Model.(train.LanguageModel); !ok {
+		return fmt.Sprintf("%s, %s, batch %d, %s", s.model, c.Policy, c.Batch, plural(c.MicroBatches, "micro-batch"))
 	}
-	return fmt.Sprintf("gpt %s, %s, remat %s, %s", s.preset, c.Policy, c.Remat, plural(c.MicroBatches, "micro-batch"))
+	return fmt.Sprintf("%s %s, %s, remat %s, %s", s.model, s.preset, c.Policy, c.Remat, plural(c.MicroBatches, "micro-batch"))
 }

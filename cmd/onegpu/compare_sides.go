@@ -73,8 +73,9 @@ func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, 
 		}
 		mean := total / float64(steps-1)
 		perStep := float64(config.Batch)
-		if config.Model == "gpt" {
-			perStep *= float64(config.GPT.SeqLen)
+		if lm, ok := config.Model.(train.LanguageModel); ok {
+			seqLen, _ := lm.TokenShape()
+			perStep *= float64(seqLen)
 		}
 		tps := perStep / mean
 		side.MeanStepSeconds, side.TokensPerSecond = &mean, &tps

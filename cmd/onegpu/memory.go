@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -154,7 +153,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	r := &memoryReport{Optimizer: cmp.Or(config.Optimizer, train.OptimizerAdam), Offload: cmp.Or(config.Offload, train.OffloadNone),
+	r := &memoryReport{Optimizer: o.optimizer, Offload: config.Offload.String(),
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
@@ -184,7 +183,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	for _, g := range ograph.GroupFindings(findings) {
 		r.DTypeFindings = append(r.DTypeFindings, g.String())
 	}
-	if config.Model == "gpt" {
+	if kinds, ok := config.Model.(interface{ RematKinds() []string }); ok && len(kinds.RematKinds()) > 0 {
 		report, err := remat.Residuals(p)
 		if err != nil {
 			return nil, err

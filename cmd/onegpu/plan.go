@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
@@ -69,8 +70,8 @@ func runPlan(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if base.Model != "gpt" {
-		return fmt.Errorf("--model %s: plan chooses remat over transformer blocks; plan the gpt", base.Model)
+	if _, ok := base.Model.(models.GPT); !ok {
+		return fmt.Errorf("--model %s: plan chooses remat over the tutorial GPT's blocks; plan the gpt", s.model)
 	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
@@ -92,7 +93,7 @@ func runPlan(args []string, w io.Writer) error {
 	}
 	rate := plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}
 	var rows []plan.Candidate
-	state := plan.StateOptions{Name: "--optimizer " + base.Optimizer + " --offload " + base.Offload, Optimizer: base.Optimizer, Offload: base.Offload}
+	state := plan.StateOptions{Name: "--optimizer " + s.optimizer + " --offload " + s.offload, Optimizer: s.optimizer, Offload: s.offload}
 	if set["optimizer"] || set["offload"] {
 		rows, err = plan.Search(backend, base, budget, rate, spec.Kind == "xla")
 	} else { // Adam on the device first, then 8-bit Adam, then the optimizer offloaded
@@ -240,8 +241,8 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 // describeState says where the optimizer's state lives and how it is stored, with the flags.
 func describeState(s plan.StateOptions) string {
 	where := "on the device"
-	if s.Offload == train.OffloadOptimizer {
+	if s.Offload == train.OffloadOptimizer.String() {
 		where = "offloaded to the host"
 	}
-	return fmt.Sprintf("%s %s (--optimizer %s --offload %s)", s.Optimizer, where, s.Optimizer, cmp.Or(s.Offload, train.OffloadNone))
+	return fmt.Sprintf("%s %s (--optimizer %s --offload %s)", s.Optimizer, where, s.Optimizer, cmp.Or(s.Offload, train.OffloadNone.String()))
 }

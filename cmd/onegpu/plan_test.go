@@ -256,7 +256,7 @@ func checkPlanOnXLA(t *testing.T, plugin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base.Batch, base.GPT.Batch = 8, 8
+	base.Batch = 8
 	candidate := plan.DeviceCandidate{Variant: plan.Variant{Compute: "bfloat16", Remat: "none", MicroBatches: 1}, Devices: 2, Shard: "params", Fits: true}
 	p := devicePlan{BudgetBytes: 1 << 40}
 	if err := p.answer([]plan.DeviceCandidate{candidate}, compiledPerDevice(backend, spec, base)); err != nil {

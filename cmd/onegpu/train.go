@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
@@ -49,11 +48,6 @@ func runTrain(args []string, w io.Writer) error {
 	if err := atLeast(set, "log-every", *logEvery, 1); err != nil {
 		return err
 	}
-	if s.model == "mlp" {
-		if err := notApplicable(set, "the MLP trains on its classification batch; --data chooses the GPT's", "data"); err != nil {
-			return err
-		}
-	}
 	for _, f := range []struct {
 		name  string
 		value int
@@ -73,6 +67,11 @@ func runTrain(args []string, w io.Writer) error {
 	config, err := s.config()
 	if err != nil {
 		return err
+	}
+	if _, ok := config.Model.(train.LanguageModel); !ok {
+		if err := notApplicable(set, fmt.Sprintf("the %s trains on its own batch; --data chooses a language model's", s.model), "data"); err != nil {
+			return err
+		}
 	}
 	// Everything that can refuse the run does so before any work: output paths, the checkpoint
 	// folder (lock, damage, config), memory.
@@ -104,7 +103,7 @@ func runTrain(args []string, w io.Writer) error {
 	if err := checkMemory(trainer, spec); err != nil {
 		return err
 	}
-	batches, err := trainingData(config, *dataName)
+	batches, err := batchData(config, *dataName)
 	if err != nil {
 		return err
 	}
@@ -142,7 +141,7 @@ func runTrain(args []string, w io.Writer) error {
 		}
 		return runErr
 	}
-	history.WriteSummary(w, config.Model)
+	history.WriteSummary(w)
 	if *plotFile != "" && len(history.Steps) > 0 {
 		fmt.Fprintf(w, "%-22s %s\n", "loss curve", *plotFile)
 	}
@@ -215,11 +214,8 @@ func stepBytes(t *train.Trainer) (total, dataBytes int64, err error) {
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	c := t.Config
-	if c.Model == "gpt" {
-		dataBytes = 2 * 4 * int64(c.Batch) * int64(c.GPT.SeqLen) // one batch of int32 inputs and labels
-	} else {
-		dataBytes = 4*int64(c.Batch)*int64(c.Classifier.Inputs) + 4*int64(c.Batch)
+	for _, s := range t.InputShapes() { // one batch
+		dataBytes += int64(s.Memory())
 	}
 	return m.PeakBytes + dataBytes, dataBytes, nil
 }
@@ -231,7 +227,6 @@ func fittingFlags(t *train.Trainer, need, available int64) string {
 	c := t.Config
 	half := c
 	half.Batch = max(c.MicroBatches, c.Batch/2/c.MicroBatches*c.MicroBatches)
-	half.GPT.Batch = half.Batch
 	if half.Batch == c.Batch {
 		return none
 	}
@@ -274,21 +269,4 @@ func availableRAM() (bytes int64, ok bool) {
 		}
 	}
 	return 0, false
-}
-
-// trainingData returns the data a config trains on.
-func trainingData(c train.Config, name string) (data.Data, error) {
-	if c.Model == "mlp" {
-		return data.NewClassifierBatch(c.Batch, c.Classifier.Inputs, c.Classifier.Classes, c.Seed)
-	}
-	switch name {
-	case "text":
-		if c.GPT.Vocab < 256 {
-			return nil, fmt.Errorf("--data text needs a vocabulary of at least 256 bytes; the model has %d", c.GPT.Vocab)
-		}
-		return data.NewText(data.Corpus, c.Batch, c.GPT.SeqLen, c.Seed)
-	case "synthetic":
-		return data.NewSyntheticTokens(c.Batch, c.GPT.SeqLen, c.GPT.Vocab, c.Seed)
-	}
-	return nil, fmt.Errorf("unknown --data %q: use text or synthetic", name)
 }

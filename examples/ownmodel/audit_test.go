@@ -14,8 +14,8 @@ import (
 // output to float32 and compares it with the float32 targets, which is right; the audit reported
 // it as an uncast float32 parameter (the targets are a parameter of the graph, not a weight).
 func TestAuditOfTheREADMEModel(t *testing.T) {
-	model, config, _ := Setup()
-	trainer, err := train.NewFor(testkit.Embedded(), model, config)
+	_, config, _ := Setup()
+	trainer, err := train.New(testkit.Embedded(), config)
 	if err != nil {
 		t.Fatal(err)
 	}

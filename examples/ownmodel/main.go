@@ -18,6 +18,7 @@ import (
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
@@ -47,12 +48,13 @@ func (m ResMLP) block(ctx *context.Context, in []*graph.Node) []*graph.Node {
 }
 
 // Setup is the run: bfloat16 compute over float32 parameters, remat of every "block", 4
-// micro-batches per batch of 64 and a dynamic loss scale, on regression data.
+// micro-batches per batch of 64, a dynamic loss scale and a constant learning rate, on regression
+// data.
 func Setup() (ResMLP, train.Config, Regression) {
 	model := ResMLP{In: 16, Width: 48, Blocks: 3, Out: 4}
-	config := train.Config{Batch: 64, MicroBatches: 4, RematBlocks: []string{"block"}, LossScale: "dynamic", Seed: 1,
-		Policy:   mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32},
-		Schedule: train.Schedule{Init: 3e-3, Peak: 3e-3, TransitionSteps: 1, DecayRate: 1}}
+	config := train.Config{Model: model, Batch: 64, MicroBatches: 4, Remat: train.Remat{Kinds: []string{"block"}},
+		LossScale: mixed.NewDynamicLossScale(), Schedule: optim.Constant(3e-3), Seed: 1,
+		Policy: mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}}
 	return model, config, Regression{Rows: config.Batch, In: model.In, Out: model.Out}
 }
 

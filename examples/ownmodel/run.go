@@ -77,7 +77,7 @@ func run(backend backends.Backend, steps int, asJSON bool) error {
 // measure trains the Setup model and measures the Report.
 func measure(backend backends.Backend, steps int, progress io.Writer) (*Report, error) {
 	model, config, data := Setup()
-	trainer, err := train.NewFor(backend, model, config)
+	trainer, err := train.New(backend, config)
 	if err != nil {
 		return nil, err
 	}

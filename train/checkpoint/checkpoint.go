@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 )
@@ -169,21 +170,48 @@ func (c *Folder) scan() error {
 	return nil
 }
 
+// metadata is what onegpu reads of GoMLX's .json of a checkpoint.
+type metadata struct {
+	Variables []struct {
+		ParameterName string
+		Dimensions    []int
+		DType         dtypes.DType
+		Pos, Length   int
+	}
+	BinFormat string
+}
+
+// Variables returns the variables of the checkpoint Restore loads (ResumeFrom) by name (scope and
+// name, as context.Variable.ScopeAndName writes them: "/block_0/mlp/input_layer/weights"), with
+// their shapes; none for an empty folder. A trainer compares them with its model's before
+// restoring, so that a model of other sizes is refused by name instead of starting silently.
+func (c *Folder) Variables() (map[string]shapes.Shape, error) {
+	out := map[string]shapes.Shape{}
+	if c.ResumeFrom == "" {
+		return out, nil
+	}
+	_, jsonBytes, _, err := c.read(c.ResumeFrom)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s changed since it was checked: %w", c.ResumeFrom, err)
+	}
+	var meta metadata
+	if err := json.Unmarshal(jsonBytes, &meta); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: metadata: %w", c.ResumeFrom, err)
+	}
+	for _, v := range meta.Variables {
+		scope, name := context.VariableScopeAndNameFromParameterName(v.ParameterName)
+		out[context.JoinScope(scope, name)] = shapes.Make(v.DType, v.Dimensions...)
+	}
+	return out, nil
+}
+
 // verify checks one checkpoint: manifest, checksums, sizes and finite values.
 func (c *Folder) verify(base string) (*manifest, error) {
 	m, jsonBytes, bin, err := c.read(base)
 	if err != nil {
 		return nil, err
 	}
-	var meta struct {
-		Variables []struct {
-			ParameterName string
-			Dimensions    []int
-			DType         dtypes.DType
-			Pos, Length   int
-		}
-		BinFormat string
-	}
+	var meta metadata
 	if err := json.Unmarshal(jsonBytes, &meta); err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}

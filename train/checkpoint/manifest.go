@@ -18,29 +18,34 @@ type manifest struct {
 }
 
 // WrittenBy is what a checkpoint records about the run that wrote it. Resuming compares it with
-// the requested config before anything is built, so a checkpoint is never loaded into a model it
+// the requested run before anything is built, so a checkpoint is never loaded into a model it
 // does not fit, nor continued under settings that change what its numbers mean.
 //
-// Settings that must match on resume: the model and its sizes, the vocabulary, the precision
-// policy, the optimizer and loss scale, the batch size, the seed (it chooses the data and the
-// dropout masks) and the schedule's shape. Settings that may change on resume, because they change
-// how a step is computed or how long the run is, not what the weights mean: the number of steps,
-// the micro-batches, the learning rate's initial and peak values, remat and its policy, the backend. The onegpu version
+// Settings that must match on resume: the model and its sizes (its vocabulary and dropout among
+// them), the precision policy, the optimizer with its hyperparameters, loss scale and clipping,
+// the batch size, the seed (it chooses the data and the dropout masks) and the schedule's kind.
+// Settings that may change on resume, because they change how a step is computed or how long the
+// run is, not what the weights mean: the number of steps, the micro-batches, the schedule's rates
+// and steps, remat and its policy, the offload, the devices and the backend. The onegpu version
 // is recorded for the record only.
 type WrittenBy struct {
-	Onegpu     string `json:"onegpu"`
-	Model      string `json:"model"` // e.g. "GPT small (4 layers × 256, 4 heads of 64, sequence 128, MLP ×4)"
-	Vocabulary int    `json:"vocabulary"`
-	Policy     string `json:"policy"`
-	Optimizer  string `json:"optimizer"`
-	Batch      int    `json:"batch"`
-	Seed       uint64 `json:"seed"`
-	Schedule   string `json:"schedule"` // without the initial and peak rates, which may change
-	Dropout    string `json:"dropout"`
+	Onegpu string `json:"onegpu"`
+	// Model describes the model and its sizes, e.g. "GPT small (4 layers × 256, 4 heads of 64,
+	// sequence 128, MLP ×4, vocabulary 256, dropout 0.1)".
+	Model  string `json:"model"`
+	Policy string `json:"policy"`
+	// Optimizer is the optimizer with its hyperparameters, then the loss scale and the clipping,
+	// e.g. "adam(b1=0.9, b2=0.999, eps=1e-08), loss scale none".
+	Optimizer string `json:"optimizer"`
+	Batch     int    `json:"batch"`
+	Seed      uint64 `json:"seed"`
+	// Schedule is the schedule's kind, e.g. "warmup_exponential_decay": its rates may change.
+	Schedule string `json:"schedule"`
 	// May change on resume; recorded to say what the checkpoint was trained with.
-	MicroBatches int     `json:"microbatches"`
-	PeakLR       float64 `json:"peak_lr"`
-	Remat        string  `json:"remat"`
+	MicroBatches int    `json:"microbatches"`
+	LearningRate string `json:"learning_rate"` // the schedule with its parameters
+	Remat        string `json:"remat"`
+	Offload      string `json:"offload,omitempty"`
 }
 
 // Differences lists each setting that must match on resume but does not, as "setting: this
@@ -53,13 +58,11 @@ func (w WrittenBy) Differences(asked WrittenBy) []string {
 		}
 	}
 	add("model", w.Model, asked.Model)
-	add("vocabulary", w.Vocabulary, asked.Vocabulary)
 	add("policy", w.Policy, asked.Policy)
 	add("optimizer", w.Optimizer, asked.Optimizer)
 	add("batch", w.Batch, asked.Batch)
 	add("seed", w.Seed, asked.Seed)
 	add("schedule", w.Schedule, asked.Schedule)
-	add("dropout", w.Dropout, asked.Dropout)
 	return diffs
 }
 
@@ -71,6 +74,6 @@ type ConfigMismatchError struct {
 
 func (e *ConfigMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint folder %s holds another run; nothing was loaded or deleted:\n  %s\n"+
-		"use another --checkpoint folder, or the settings it was written with (steps, micro-batches, --lr, remat and backend may change on resume)",
+		"use another --checkpoint folder, or the settings it was written with (steps, micro-batches, --lr, remat, offload, devices and backend may change on resume)",
 		e.Dir, strings.Join(e.Differences, "\n  "))
 }

@@ -23,6 +23,9 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -47,10 +50,15 @@ type Reference struct {
 	LossScale   string   `json:"loss_scale"`
 	// Schedule is optax.warmup_exponential_decay_schedule's arguments.
 	Schedule ReferenceSchedule `json:"schedule"`
-	// Adam is optax.adam's b1, b2, eps (eps outside the square root).
-	Adam  map[string]float64 `json:"adam"`
-	Steps int                `json:"steps"`
-	Seed  uint64             `json:"seed"`
+	// Optimizer is optax's name of the optimizer ("adam", "adamw") and OptimizerParams its
+	// arguments by optax's names, for an optimizer with an optax equivalent
+	// (optim.OptaxOptimizer); otherwise Optimizer is onegpu's description and OptimizerParams
+	// empty. Adam repeats b1, b2 and eps (eps outside the square root) for adam and adamw.
+	Optimizer       string             `json:"optimizer"`
+	OptimizerParams map[string]float64 `json:"optimizer_params,omitempty"`
+	Adam            map[string]float64 `json:"adam,omitempty"`
+	Steps           int                `json:"steps"`
+	Seed            uint64             `json:"seed"`
 	// Params lists every trainable parameter by its Flax path ("block_0/mlp/input_layer/kernel"),
 	// stored as params/PATH.npy in float32 whatever the param dtype.
 	Params []ReferenceParam `json:"params"`
@@ -82,7 +90,8 @@ type ReferenceClassifier struct {
 	Dropout float64 `json:"dropout_rate"`
 }
 
-// ReferenceSchedule is the learning-rate schedule (see train.Schedule).
+// ReferenceSchedule is the learning-rate schedule: optax.warmup_exponential_decay_schedule's
+// arguments (see optim.WarmupExponentialDecay; a constant rate is one of them).
 type ReferenceSchedule struct {
 	Init            float64 `json:"init_value"`
 	Peak            float64 `json:"peak_value"`
@@ -107,34 +116,43 @@ func Write(t *train.Trainer, dir string, batches data.Data, steps int) (*Referen
 		return nil, fmt.Errorf("export: %d steps: export at least one", steps)
 	}
 	c := t.Config
-	softmax := dtypes.Float32
-	switch m := t.Model.(type) {
-	case train.GPT:
-		if m.SoftmaxDType != dtypes.InvalidDType {
-			softmax = m.SoftmaxDType
-		}
-	case train.Classifier:
-	default:
-		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp, not the model %T", t.Model)
-	}
-	ref := &Reference{Model: c.Model, Batch: c.Batch, MicroBatches: c.MicroBatches,
-		Policy:       map[string]string{"params": dtypeName(c.Policy.Param), "compute": dtypeName(c.Policy.Compute), "output": dtypeName(c.Policy.Output)},
-		SoftmaxDType: dtypeName(softmax), Remat: rematList(c), RematPolicy: c.RematPolicy.String(),
-		LossScale: c.LossScale, Schedule: ReferenceSchedule{Init: c.Schedule.Init, Peak: c.Schedule.Peak,
-			WarmupSteps: c.Schedule.WarmupSteps, TransitionSteps: c.Schedule.TransitionSteps, DecayRate: c.Schedule.DecayRate},
-		Adam:  map[string]float64{"b1": train.AdamBeta1, "b2": train.AdamBeta2, "eps": train.AdamEpsilon},
+	ref := &Reference{Batch: c.Batch, MicroBatches: c.MicroBatches,
+		Policy:      map[string]string{"params": dtypeName(c.Policy.Param), "compute": dtypeName(c.Policy.Compute), "output": dtypeName(c.Policy.Output)},
+		Remat:       rematList(c),
+		RematPolicy: c.Remat.Policy.String(), LossScale: mixed.DescribeLossScale(c.LossScale),
 		Steps: steps, Seed: c.Seed, Inputs: "inputs.npy", Labels: "labels.npy", Data: batches.Describe(), Params: []ReferenceParam{}}
-	if ref.LossScale == "" {
-		ref.LossScale = "none"
-	}
-	switch c.Model {
-	case "gpt":
-		g := c.GPT
+	switch m := c.Model.(type) {
+	case models.GPT:
+		g := m.Config
+		ref.Model, ref.SoftmaxDType = "gpt", dtypeName(dtypes.Float32)
+		if m.SoftmaxDType != dtypes.InvalidDType {
+			ref.SoftmaxDType = dtypeName(m.SoftmaxDType)
+		}
 		ref.GPT = &ReferenceGPT{Hidden: g.Hidden, Layers: g.Layers, HeadDim: g.HeadDim, Heads: g.Heads(), MLPFactor: g.MLPFactor,
 			SeqLen: g.SeqLen, Vocab: g.Vocab, Dropout: g.Dropout}
-	case "mlp":
-		m := c.Classifier
-		ref.Classifier = &ReferenceClassifier{Inputs: m.Inputs, Hidden: m.Hidden, Classes: m.Classes, Dropout: m.Dropout}
+	case models.Classifier:
+		k := m.Config
+		ref.Model, ref.SoftmaxDType = "mlp", dtypeName(dtypes.Float32)
+		ref.Classifier = &ReferenceClassifier{Inputs: k.Inputs, Hidden: k.Hidden, Classes: k.Classes, Dropout: k.Dropout}
+	default:
+		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp, not the model %T", c.Model)
+	}
+	switch s := c.Schedule.(type) {
+	case optim.WarmupExponentialDecaySchedule:
+		ref.Schedule = ReferenceSchedule{Init: s.Init, Peak: s.Peak, WarmupSteps: s.WarmupSteps, TransitionSteps: s.TransitionSteps, DecayRate: s.DecayRate}
+	case optim.ConstantSchedule: // optax's warmup_exponential_decay_schedule with these arguments is constant
+		ref.Schedule = ReferenceSchedule{Init: s.LearningRate, Peak: s.LearningRate, TransitionSteps: 1, DecayRate: 1}
+	default:
+		return nil, fmt.Errorf("export: the JAX reference's learning rate is a warm-up/exponential decay or a constant, not %s", c.Schedule)
+	}
+	opt := c.Optimizer
+	if opt == nil {
+		opt = optim.Adam().Done()
+	}
+	ref.Optimizer = opt.String()
+	if o, ok := opt.(optim.OptaxOptimizer); ok {
+		ref.Optimizer, ref.OptimizerParams = o.Optax()
+		ref.Adam = map[string]float64{"b1": ref.OptimizerParams["b1"], "b2": ref.OptimizerParams["b2"], "eps": ref.OptimizerParams["eps"]}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "params"), 0o755); err != nil {
 		return nil, err
@@ -202,18 +220,9 @@ func flaxPath(scope, name string) string {
 	return scope + "/" + name
 }
 
+// rematList is the kinds of block rematerialized, never nil (JSON's []).
 func rematList(c train.Config) []string {
-	list := []string{}
-	if c.Remat.MLP {
-		list = append(list, "mlp")
-	}
-	if c.Remat.Attention {
-		list = append(list, "attn")
-	}
-	if c.Remat.Block {
-		list = append(list, "block")
-	}
-	return list
+	return append([]string{}, c.Remat.Kinds...)
 }
 
 // dtypeName is NumPy's name of a float dtype.

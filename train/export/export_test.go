@@ -12,7 +12,7 @@ import (
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
-	"github.com/onegpu/onegpu/remat"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/export"
 )
@@ -27,10 +27,8 @@ func tinyConfig(t *testing.T) train.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := models.Presets["tiny"]
-	return train.Config{Model: "gpt", GPT: c, Batch: c.Batch, MicroBatches: c.MicroBatch, Policy: p,
-		Remat: remat.Spec{MLP: true, Attention: true}, LossScale: "none",
-		Schedule: train.Schedule{Peak: 3e-3, WarmupSteps: 10, TransitionSteps: 1, DecayRate: 0.999}, Seed: 7}
+	return train.Config{Model: models.GPT{Config: models.Presets["tiny"]}, Batch: 16, MicroBatches: 4, Policy: p,
+		Remat: train.Remat{Kinds: []string{"mlp", "attn"}}, Schedule: optim.WarmupExponentialDecay(0, 3e-3, 10, 1, 0.999), Seed: 7}
 }
 
 // TestExportTinyGPT: Initialize compiles and initializes without updating anything; Write writes
@@ -38,14 +36,15 @@ func tinyConfig(t *testing.T) train.Config {
 // exactly the exported weights (its learning rate is 0, so they are still equal after it).
 func TestExportTinyGPT(t *testing.T) {
 	config := tinyConfig(t)
-	config.GPT.Layers = 1
-	config.Schedule.Init = 0
+	gpt := models.Presets["tiny"]
+	gpt.Layers = 1
+	config.Model = models.GPT{Config: gpt}
 	tr, err := train.New(embedded(), config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	batches, err := data.NewSyntheticTokens(config.Batch, config.GPT.SeqLen, config.GPT.Vocab, 3)
+	batches, err := data.NewSyntheticTokens(config.Batch, gpt.SeqLen, gpt.Vocab, 3)
 	must(t, err)
 	must(t, tr.Initialize())
 	if tr.GlobalStep() != 0 {
@@ -72,14 +71,14 @@ func TestExportTinyGPT(t *testing.T) {
 			t.Errorf("exported parameters %v lack %s", paths, want)
 		}
 	}
-	if want := config.GPT.Params(); size != want {
+	if want := gpt.Params(); size != want {
 		t.Errorf("exported %d parameter values, want %d", size, want)
 	}
 	qkv, err := data.ReadNPYFile(filepath.Join(dir, "params", "block_0", "attn", "qkv", "kernel.npy"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := config.GPT
+	c := gpt
 	if got, want := qkv.Shape().Dimensions, []int{c.Hidden, c.Heads(), 3 * c.HeadDim}; !slices.Equal(got, want) {
 		t.Errorf("qkv kernel shape %v, want %v (Flax's DenseGeneral layout)", got, want)
 	}
@@ -95,7 +94,8 @@ func TestExportTinyGPT(t *testing.T) {
 	must(t, err)
 	must(t, json.Unmarshal(blob, &back))
 	if back.GPT == nil || back.GPT.Heads != c.Heads() || back.Policy["compute"] != "bfloat16" || !slices.Equal(back.Remat, []string{"mlp", "attn"}) ||
-		back.MicroBatches != config.MicroBatches || back.Schedule.Peak != config.Schedule.Peak {
+		back.MicroBatches != config.MicroBatches || back.Schedule.Peak != 3e-3 || back.Schedule.Init != 0 || back.Optimizer != "adam" ||
+		back.OptimizerParams["eps"] != 1e-8 || back.Adam["b2"] != 0.999 || back.LossScale != "none" {
 		t.Errorf("config.json = %s", blob)
 	}
 
@@ -118,10 +118,10 @@ func TestExportTinyGPT(t *testing.T) {
 // TestExportClassifierNames: the MLP's parameters carry Flax's automatic names.
 func TestExportClassifierNames(t *testing.T) {
 	c := models.TutorialClassifier
-	c.Inputs, c.Hidden, c.Classes, c.Batch = 8, 16, 5, 4
+	c.Inputs, c.Hidden, c.Classes = 8, 16, 5
 	p := tinyConfig(t).Policy
-	tr, err := train.New(embedded(), train.Config{Model: "mlp", Classifier: c, Batch: 4, MicroBatches: 1, Policy: p,
-		LossScale: "none", Schedule: train.TutorialSchedule})
+	tr, err := train.New(embedded(), train.Config{Model: models.Classifier{Config: c}, Batch: 4, MicroBatches: 1, Policy: p,
+		Schedule: optim.Constant(1e-3), Optimizer: optim.AdamW().Done()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +140,11 @@ func TestExportClassifierNames(t *testing.T) {
 	want := []string{"Dense_0/bias", "Dense_0/kernel", "Dense_1/bias", "Dense_1/kernel", "LayerNorm_0/bias", "LayerNorm_0/scale"}
 	if !slices.Equal(paths, want) {
 		t.Errorf("classifier parameters %v, want %v", paths, want)
+	}
+	// A constant rate is optax's warm-up/exponential decay from the rate to itself; AdamW is optax's.
+	if s := ref.Schedule; ref.Model != "mlp" || s.Init != 1e-3 || s.Peak != 1e-3 || s.WarmupSteps != 0 || s.DecayRate != 1 ||
+		ref.Optimizer != "adamw" || ref.OptimizerParams["weight_decay"] != 1e-4 {
+		t.Errorf("the classifier's reference: %+v", ref)
 	}
 }
 

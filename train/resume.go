@@ -1,0 +1,85 @@
+package train
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train/checkpoint"
+)
+
+// checkVariables refuses to resume from store's checkpoint when its variables are not those of
+// this run's step, naming each parameter that differs: a model of other sizes holds a parameter of
+// another shape, lacks one the checkpoint has, or has one the checkpoint lacks. (The optimizer
+// state that follows from them is named only when no parameter differs.) The step is built once,
+// in a fresh context, to know them; nothing is compiled.
+func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
+	held, err := store.Variables()
+	if err != nil {
+		return err
+	}
+	ctx := context.New()
+	p, err := ograph.ContextProgram(t.Backend, ctx, "variables", t.InputShapes(), t.StepFn())
+	if err != nil {
+		return err
+	}
+	p.Graph.Finalize()
+	want, trainable := map[string]shapes.Shape{}, map[string]bool{}
+	stateOnly := map[string]bool{} // top scopes that hold no parameter: the optimizer's, the loss scale's, ...
+	for v := range ctx.IterVariables() {
+		name := v.ScopeAndName()
+		want[name], trainable[name] = v.Shape(), v.Trainable
+		top := topScope(name)
+		if _, seen := stateOnly[top]; !seen {
+			stateOnly[top] = true
+		}
+		stateOnly[top] = stateOnly[top] && !v.Trainable
+	}
+	rng := context.JoinScope(context.RootScope, context.RNGStateVariableName)
+	var params, state []string
+	add := func(isParam bool, line string) {
+		if isParam {
+			params = append(params, line)
+		} else {
+			state = append(state, line)
+		}
+	}
+	for name, s := range want {
+		switch h, ok := held[name]; {
+		case name == rng:
+		case !ok:
+			add(trainable[name], fmt.Sprintf("variable %s: this checkpoint has none; the model has %s", name, s))
+		case !h.Equal(s):
+			add(trainable[name], fmt.Sprintf("variable %s: this checkpoint holds %s; the model has %s", name, h, s))
+		}
+	}
+	for name, h := range held {
+		if _, ok := want[name]; !ok && name != rng {
+			add(!stateOnly[topScope(name)], fmt.Sprintf("variable %s: this checkpoint holds %s; the model has no such variable", name, h))
+		}
+	}
+	diffs := params
+	if len(diffs) == 0 {
+		diffs = state
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	sort.Strings(diffs)
+	return &checkpoint.ConfigMismatchError{Dir: store.Dir(), Differences: diffs}
+}
+
+// topScope is the first scope of a variable's scoped name ("/AdamOptimizer" of
+// "/AdamOptimizer/block_0/kernel_1st_moment"), or "/" for a variable of the root scope.
+func topScope(name string) string {
+	rest := strings.TrimPrefix(name, context.ScopeSeparator)
+	top, _, found := strings.Cut(rest, context.ScopeSeparator)
+	if !found {
+		return context.RootScope
+	}
+	return context.ScopeSeparator + top
+}
