@@ -102,6 +102,9 @@ func TestOptimizersByName(t *testing.T) {
 			t.Errorf("ByName(%q) = %v, %v; want %s", name, o, err, want)
 		}
 	}
+	if o, err := optim.ByName("adafactor", optim.Settings{}); err != nil || o.String() != "adafactor" {
+		t.Errorf("ByName(adafactor) = %v, %v", o, err)
+	}
 	if o, err := optim.ByName("adamw", optim.Settings{WeightDecay: 0.05}); err != nil || !strings.Contains(o.String(), "weight_decay=0.05") {
 		t.Errorf("adamw with weight decay 0.05: %v, %v", o, err)
 	}

@@ -25,6 +25,8 @@ var builders = map[string]Builder{
 	"adamw": adamW,
 	// Block-wise 8-bit moments with Adam's hyperparameters.
 	"adam8bit": plain(func() Optimizer { return Adam8bit().Betas(AdamBeta1, AdamBeta2).Epsilon(AdamEpsilon).Done() }),
+	// Factored second moments, optax.adafactor's defaults.
+	"adafactor": plain(func() Optimizer { return Named("adafactor", Adafactor().Done()) }),
 }
 
 var buildersMu sync.Mutex
