@@ -10,8 +10,10 @@ import (
 // Optimizer is an optimizer a run is described with: it applies gradients computed elsewhere
 // (GradientsOptimizer, as GoMLX's Adam, SGD and RMSProp and onegpu's Adam8bit do, or a type of
 // your own) and describes itself with its hyperparameters (String), the description checkpoints
-// record: two optimizers with the same description update the same way. Build one with Adam,
-// AdamW or Adam8bit, wrap any GoMLX optimizer with Named, or look one up by name (ByName).
+// record: two optimizers with the same description update the same way. Its update counts itself
+// in GoMLX's global step (optimizers.IncrementGlobalStepGraph), as GoMLX's optimizers do: the
+// schedule and the trainer read it. Build one with Adam, AdamW or Adam8bit, wrap any GoMLX
+// optimizer with Named, look one up by name (ByName), or write your own (examples/customoptimizer).
 type Optimizer interface {
 	GradientsOptimizer
 	// String names the optimizer and its hyperparameters, e.g. "adam(b1=0.9, b2=0.999, eps=1e-08)".

@@ -298,3 +298,28 @@ func TestRunTakesTheOptimizerClipAndSchedule(t *testing.T) {
 		t.Errorf("the checkpoint records %+v", record)
 	}
 }
+
+// forgetful is an optimizer that updates nothing and does not count its updates.
+type forgetful struct{}
+
+func (forgetful) String() string                                                         { return "forgetful" }
+func (forgetful) Clear(*context.Context) error                                           { return nil }
+func (forgetful) UpdateGraph(*context.Context, *graph.Graph, *graph.Node)                {}
+func (forgetful) UpdateGraphWithGradients(*context.Context, []*graph.Node, dtypes.DType) {}
+
+// TestOptimizerMustCountItsSteps: an optimizer of one's own that does not increment the global
+// step (the schedule and the loop read it) is an error at its first step, naming it and the call.
+func TestOptimizerMustCountItsSteps(t *testing.T) {
+	c := ownConfig()
+	c.Optimizer, c.LossScale = forgetful{}, nil
+	tr, err := train.New(embedded(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	_, err = tr.Step(sines{}.Batch(0))
+	if err == nil || !strings.Contains(err.Error(), "the optimizer forgetful must count each update") ||
+		!strings.Contains(err.Error(), "optimizers.IncrementGlobalStepGraph") {
+		t.Errorf("a step of an optimizer that does not count: %v", err)
+	}
+}

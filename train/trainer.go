@@ -113,6 +113,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		outs []*tensors.Tensor
 		g    *graph.Graph
 	)
+	before := t.Steps()
 	t.started = true
 	err := ograph.CatchPanic(func() {
 		var err error
@@ -121,7 +122,11 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("train step %d: %w", t.Steps()+1, err)
+		return nil, nil, fmt.Errorf("train step %d: %w", before+1, err)
+	}
+	if after := t.Steps(); after != before+1 {
+		return nil, nil, fmt.Errorf("train step %d: the step count went from %d to %d: the optimizer %s must count each update it applies "+
+			"(optimizers.IncrementGlobalStepGraph, as GoMLX's optimizers do), which the schedule and the loop read", before+1, before, after, t.Config.optimizer())
 	}
 	return outs, g, nil
 }
