@@ -10,13 +10,14 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
-	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
 )
 
 var (
 	benchPreset = flag.String("devices.preset", "tiny", "BenchmarkDevices: GPT preset (tiny, small)")
 	benchPolicy = flag.String("devices.policy", "float32", "BenchmarkDevices: precision policy")
+	benchBatch  = flag.Int("devices.batch", 16, "BenchmarkDevices: sequences per step, in 4 micro-batches (16: the CPU presets' runs)")
+	benchLR     = flag.Float64("devices.lr", 3e-3, "BenchmarkDevices: peak learning rate (3e-3: the tiny preset's run)")
 	benchSteps  = flag.Int("devices.steps", 10, "BenchmarkDevices: steps whose losses are compared with one device")
 )
 
@@ -30,18 +31,16 @@ var (
 func BenchmarkDevices(b *testing.B) {
 	backend := fourDevices(b)
 	defer backend.Finalize()
-	base, err := plan.Defaults("gpt", *benchPreset)
+	preset, err := models.Preset(*benchPreset)
 	if err != nil {
 		b.Fatal(err)
 	}
+	preset.Dropout = 0
+	base := train.Config{Model: models.GPT{Config: preset}, Batch: *benchBatch, MicroBatches: 4, Seed: 7,
+		Schedule: optim.WarmupExponentialDecay(0, *benchLR, 2, 1, 0.999)}
 	if base.Policy, err = mixed.ParsePolicy(*benchPolicy); err != nil {
 		b.Fatal(err)
 	}
-	gpt := base.Model.(models.GPT)
-	gpt.Config.Dropout = 0
-	preset := gpt.Config
-	base.Model, base.Remat, base.Seed = gpt, train.Remat{}, 7
-	base.Schedule = optim.WarmupExponentialDecay(0, base.Schedule.At(10), 2, 1, 0.999)
 	var reference []float64
 	var referenceState float64
 	for _, d := range []train.Devices{{Count: 1}, {Count: 2}, {Count: 2, Shard: train.ShardOptimizer}, {Count: 2, Shard: train.ShardParams},
