@@ -39,11 +39,27 @@ type Projection struct {
 // need not be a multiple of it.
 func ChunkedCrossEntropySum(x *graph.Node, proj Projection, labels, weights *graph.Node, chunk int) (sum, count *graph.Node) {
 	l := newChunkedLoss(x, proj, labels, weights, chunk)
+	return l.sum(x, proj), l.count
+}
+
+// ChunkedCrossEntropyAccuracy is ChunkedCrossEntropySum that also returns correct: the summed
+// weight of the tokens whose largest logit is their label (each counts 1 without weights; ties
+// go to the first largest logit, as graph.ArgMax's), computed from each chunk's float32 logits in
+// the forward pass, without a gradient. It is a classifier's accuracy (correct / count) for a loss
+// whose logits never exist whole.
+func ChunkedCrossEntropyAccuracy(x *graph.Node, proj Projection, labels, weights *graph.Node, chunk int) (sum, count, correct *graph.Node) {
+	l := newChunkedLoss(x, proj, labels, weights, chunk)
+	l.countCorrect = true
+	return l.sum(x, proj), l.count, graph.StopGradient(l.correct)
+}
+
+// sum is the differentiable summed loss of x under proj.
+func (l *chunkedLoss) sum(x *graph.Node, proj Projection) *graph.Node {
 	inputs := []*graph.Node{x, proj.Weight}
 	if proj.Bias != nil {
 		inputs = append(inputs, proj.Bias)
 	}
-	return withGradients(inputs, l.forward(), l.backward), l.count
+	return withGradients(inputs, l.forward(), l.backward)
 }
 
 // chunkedLoss holds one call's flattened inputs, chunks and the forward values the backward pass
@@ -60,6 +76,9 @@ type chunkedLoss struct {
 	weightDType     dtypes.DType
 	chunks          []span
 	logSumExp       []*graph.Node // per chunk [rows, 1]
+	// countCorrect asks forward to sum into correct the weights of the tokens predicted right.
+	countCorrect bool
+	correct      *graph.Node
 }
 
 func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node, chunk int) *chunkedLoss {
@@ -160,8 +179,22 @@ func (l *chunkedLoss) forward() *graph.Node {
 			losses = graph.Where(sliceAxis(l.kept, 0, ch), graph.Mul(sliceAxis(l.scale, 0, ch), losses), graph.ZerosLike(losses))
 		}
 		sum = addOrSet(sum, graph.ReduceSum(losses, 0))
+		if l.countCorrect {
+			l.correct = addOrSet(l.correct, l.correctIn(c, logits))
+		}
 	}
 	return sum
+}
+
+// correctIn returns the summed weight of chunk c's tokens whose largest logit is their label.
+func (l *chunkedLoss) correctIn(c int, logits *graph.Node) *graph.Node {
+	ch := l.chunks[c]
+	hits := graph.Equal(graph.ArgMax(logits, -1, dtypes.Int32), graph.Reshape(sliceAxis(l.labels, 0, ch), ch.len()))
+	if l.scale == nil {
+		return graph.ReduceSum(graph.ConvertDType(hits, l.wide), 0)
+	}
+	kept := graph.LogicalAnd(hits, sliceAxis(l.kept, 0, ch))
+	return graph.ReduceSum(graph.Where(kept, sliceAxis(l.scale, 0, ch), graph.ZerosLike(sliceAxis(l.scale, 0, ch))), 0)
 }
 
 // backward returns the gradients of x, the weight and the bias for the cotangent dSum of the sum:

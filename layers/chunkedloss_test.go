@@ -252,3 +252,64 @@ func TestDenseProjectionMatchesDense(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedCrossEntropyAccuracyCountsArgMax: the correct count is the summed weight of the
+// tokens whose largest logit is their label, counted in float64 from the whole logits (ArgMax),
+// without weights, with a mask and with float weights, for chunks that do not divide the tokens;
+// the loss and its gradient are ChunkedCrossEntropySum's.
+func TestChunkedCrossEntropyAccuracyCountsArgMax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	x := randomTensor(rng, lossBatch, lossSeq, lossWidth)
+	w := randomTensor(rng, lossWidth, lossVocab)
+	labels := make([]int32, lossBatch*lossSeq)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(lossVocab))
+	}
+	// A few labels are the argmax, so that the count is neither 0 nor every token.
+	logits := testkit.Run(t, testkit.Embedded(), func(xs []*graph.Node) []*graph.Node {
+		return []*graph.Node{graph.ArgMax(graph.DotGeneral(xs[0], []int{2}, nil, xs[1], []int{0}, nil), -1, dtypes.Int32)}
+	}, x, w)[0]
+	for i := 0; i < len(labels); i += 2 {
+		labels[i] = int32(logits[i])
+	}
+	weights := randomTensor(rng, lossBatch, lossSeq)
+	labelsT := tensors.FromFlatDataAndDimensions(labels, lossBatch, lossSeq)
+	for _, kind := range []string{"", "mask", "float"} {
+		got := testkit.Run(t, testkit.Embedded(), func(xs []*graph.Node) []*graph.Node {
+			var weights *graph.Node
+			switch kind {
+			case "mask":
+				weights = graph.GreaterThan(xs[3], graph.ScalarZero(xs[3].Graph(), xs[3].DType()))
+			case "float":
+				weights = graph.Abs(graph.ConvertDType(xs[3], dtypes.Float32))
+			}
+			h, proj := graph.ConvertDType(xs[0], dtypes.Float32), layers.Projection{Weight: graph.ConvertDType(xs[1], dtypes.Float32)}
+			sum, count, correct := layers.ChunkedCrossEntropyAccuracy(h, proj, xs[2], weights, 5)
+			plainSum, _ := layers.ChunkedCrossEntropySum(h, proj, xs[2], weights, 5)
+			return []*graph.Node{sum, count, correct, plainSum, graph.Gradient(sum, h)[0], graph.Gradient(plainSum, h)[0]}
+		}, x, w, labelsT, weights)
+		want, wantCount := 0.0, 0.0
+		for i, label := range labels {
+			weight := 1.0
+			switch v := weights.Value().([][]float64)[i/lossSeq][i%lossSeq]; kind {
+			case "mask":
+				weight = 0
+				if v > 0 {
+					weight = 1
+				}
+			case "float":
+				weight = float64(float32(math.Abs(v)))
+			}
+			wantCount += weight
+			if int(logits[i]) == int(label) {
+				want += weight
+			}
+		}
+		if math.Abs(got[2][0]-want) > 1e-5*wantCount || want == 0 || want == wantCount {
+			t.Errorf("weights %q: correct %g, want %g (of %g)", kind, got[2][0], want, wantCount)
+		}
+		if got[0][0] != got[3][0] || testkit.RelL2(got[4], got[5]) != 0 {
+			t.Errorf("weights %q: loss %g and its gradient differ from ChunkedCrossEntropySum's %g", kind, got[0][0], got[3][0])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -141,4 +142,69 @@ type maskedGPT struct{ models.GPT }
 
 func (m maskedGPT) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
 	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
+}
+
+// TestGPTChunkedLossMatchesPlain: the tiny GPT's train.Model loss (the one the trainer runs) with
+// chunked attention and a chunked cross-entropy (chunk 32 of 90 tokens) set on the context gives
+// plain's loss, gradients and accuracy count, float32, sequence 45, on both backends.
+func TestGPTChunkedLossMatchesPlain(t *testing.T) {
+	config := models.Presets["tiny"]
+	config.Dropout = 0
+	m, err := models.NewGPT(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Config.SeqLen = 45
+	chunked := func(ctx *context.Context) {
+		layers.SetAttention(ctx, layers.Attention{Chunked: true, Block: 16})
+		layers.SetCrossEntropy(ctx, layers.CrossEntropy{Chunk: 32})
+	}
+	for _, backend := range testkit.All() { // a tensor is used on one backend
+		compareChunked(t, backend, trainLossGPT{m}, chunked, tokenBatch(5, config.Vocab, 2, 45))
+	}
+	inputs := tokenBatch(5, config.Vocab, 2, 45)
+	// The accuracy: the same count of tokens predicted right, plain and chunked, with every
+	// third label made the plain model's prediction so that the count is not 0.
+	run := func(ctx *context.Context, fn func(ctx *context.Context, tokens, labels *graph.Node) *graph.Node, labels *tensors.Tensor) []float64 {
+		exec, err := context.NewExec(testkit.Embedded(), ctx, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer exec.Finalize()
+		out, err := exec.Exec(inputs[0], labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testkit.Floats(out[0])
+	}
+	ctx := context.New()
+	predicted := run(ctx, func(ctx *context.Context, tokens, _ *graph.Node) *graph.Node {
+		return graph.ArgMax(m.Logits(ctx, tokens), -1, dtypes.Int32)
+	}, inputs[1])
+	labels := tensors.FromShape(inputs[1].Shape())
+	tensors.MutableFlatData(labels, func(flat []int32) {
+		copy(flat, tensors.MustCopyFlatData[int32](inputs[1]))
+		for i := 0; i < len(flat); i += 3 {
+			flat[i] = int32(predicted[i])
+		}
+	})
+	accuracy := func(ctx *context.Context, tokens, labels *graph.Node) *graph.Node {
+		_, metrics := m.Loss(ctx, []*graph.Node{tokens, labels})
+		return metrics[0].Sum
+	}
+	ctx = ctx.Reuse()
+	want := run(ctx, accuracy, labels)[0]
+	chunked(ctx)
+	if got := run(ctx, accuracy, labels)[0]; got != want || want < 30 {
+		t.Errorf("chunked loss counts %g tokens predicted right, plain %g (want at least the 30 labels set to the prediction)", got, want)
+	}
+}
+
+// trainLossGPT is the GPT's train.Model loss as a lossModel (every label counts; the mask is
+// not read).
+type trainLossGPT struct{ models.GPT }
+
+func (m trainLossGPT) Loss(ctx *context.Context, tokens, labels, _ *graph.Node) (sum, count *graph.Node) {
+	loss, _ := m.GPT.Loss(ctx, []*graph.Node{tokens, labels})
+	return loss.Sum, loss.Count
 }

@@ -56,6 +56,13 @@ func (GPT) RematKinds() []string { return []string{KindBlock, KindMLP, KindAtten
 // "pos_emb", "block_0/mlp/input_layer/kernel", "block_0/attn/qkv/kernel", "post_norm",
 // "output_layer", ...).
 func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
+	return m.Head(ctx, m.Hidden(ctx, tokens))
+}
+
+// Hidden returns the final hidden states [batch, length, Hidden] for tokens (after the final
+// LayerNorm, in the compute dtype): Logits without the output layer, for a loss that applies the
+// output layer itself, a chunk of tokens at a time.
+func (m GPT) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	c, p := m.Config, mixed.PolicyOf(ctx)
 	if tokens.Rank() != 2 || !tokens.DType().IsInt() {
 		panic(fmt.Sprintf("models.GPT: tokens must be integers [batch, length], got %s", tokens.Shape()))
@@ -73,8 +80,14 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	for layer := range c.Layers {
 		x = m.block(ctx.In(fmt.Sprintf("block_%d", layer)), x)
 	}
-	x = layers.LayerNorm(ctx.In("post_norm"), x)
-	return layers.Note(ctx, "logits", p.CastToOutput(layers.Dense(ctx.In("output_layer"), x, c.Vocab)))
+	return layers.LayerNorm(ctx.In("post_norm"), x)
+}
+
+// Head is the output layer ("output_layer", a Dense of Vocab features): the logits of hidden
+// states, in the policy's output dtype.
+func (m GPT) Head(ctx *context.Context, hidden *graph.Node) *graph.Node {
+	p := mixed.PolicyOf(ctx)
+	return layers.Note(ctx, "logits", p.CastToOutput(layers.Dense(ctx.In("output_layer"), hidden, m.Config.Vocab)))
 }
 
 // block is one transformer block as the tutorial writes it: x + MLP(x), then x + Attention(x),
@@ -122,9 +135,19 @@ func (m GPT) InputShapes(batch int) []shapes.Shape {
 
 // Loss is the summed cross-entropy of the targets batch[1] given the tokens batch[0] and the
 // number of targets, with the number predicted right as the "accuracy" metric: sums and counts
-// (accum.Mean), so that micro-batches combine into the batch's exact means.
+// (accum.Mean), so that micro-batches combine into the batch's exact means. With a chunked
+// layers.CrossEntropy set on ctx (layers.SetCrossEntropy; the trainer sets
+// train.Config.CrossEntropy) the output layer, the loss and the accuracy run a chunk of tokens at
+// a time (layers.ChunkedCrossEntropyAccuracy): no [tokens, Vocab] logits exist at once.
 func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	return classification(m.Logits(ctx, batch[0]), batch[1])
+	chunk := layers.CrossEntropyOf(ctx).Chunk
+	if chunk == 0 {
+		return classification(m.Logits(ctx, batch[0]), batch[1])
+	}
+	hidden := m.Hidden(ctx, batch[0])
+	head := layers.DenseProjection(ctx.In("output_layer"), hidden.Graph(), m.Config.Hidden, m.Config.Vocab)
+	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, head, batch[1], nil, chunk)
+	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
 }
 
 // MetricNames is "accuracy".

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
@@ -30,6 +31,17 @@ type Config struct {
 	// Remat selects the kinds of block (remat.Block) the model marks that are rematerialized, and
 	// what they save.
 	Remat Remat
+	// Attention says how a language model's attention computes: the whole [seq, seq] scores at
+	// once (the zero value, plain) or block by block with memory linear in the sequence
+	// (layers.Attention{Chunked: true}, its blocks chosen by layers.AutoAttentionBlock unless
+	// given). The trainer sets it on the context's root scope (layers.SetAttention), as the policy,
+	// and the models' attention layers read it there. Like Remat it changes how a step is computed,
+	// not its result (to float32 rounding), so it may change when a run resumes.
+	Attention layers.Attention
+	// CrossEntropy says how a language model's loss computes its logits: all [tokens, vocab] at
+	// once (the zero value) or Chunk tokens at a time (layers.ChunkedCrossEntropySum), set on the
+	// context (layers.SetCrossEntropy) as Attention is; it may change on resume too.
+	CrossEntropy layers.CrossEntropy
 	// Optimizer applies the gradients: optim.Adam().Done(), optim.AdamW().WeightDecay(0.01).Done(),
 	// optim.Adam8bit().Done(), optim.ByName("adam", ...) or a type of your own (optim.Optimizer);
 	// its hyperparameters, epsilon and weight decay among them, are its own. Nil is the tutorial's
@@ -136,7 +148,7 @@ func (c Config) optimizer() optim.Optimizer {
 // anything is built: the model's own checks (a Validate and ValidateBatch method, when it has
 // them), the batch and its micro-batches (and their split across devices), the remat kinds (when
 // the model lists its kinds with RematKinds; otherwise they are checked when the step is built),
-// the schedule, the clipping norm and the offload.
+// the attention and cross-entropy (chunked for a language model only), the schedule, the clipping norm and the offload.
 func (c Config) Validate() error {
 	if c.Model == nil {
 		return fmt.Errorf("no model: set Config.Model to a train.Model (models.GPT, models.Classifier or your own)")
@@ -160,6 +172,9 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := c.validateRemat(); err != nil {
+		return err
+	}
+	if err := c.validateChunking(); err != nil {
 		return err
 	}
 	if err := optim.ValidateSchedule(c.Schedule); err != nil {
@@ -198,6 +213,22 @@ func (c Config) validateRemat() error {
 			return fmt.Errorf("remat %s: the model has no block of kind %q; its kinds are %s", remat.KindsString(c.Remat.Kinds), kind,
 				remat.KindsString(have))
 		}
+	}
+	return nil
+}
+
+// validateChunking refuses invalid attention blocks or loss chunks, and chunking asked of a model
+// that is not a language model (it has no attention nor token loss to chunk).
+func (c Config) validateChunking() error {
+	if err := c.Attention.Validate(); err != nil {
+		return err
+	}
+	if err := c.CrossEntropy.Validate(); err != nil {
+		return err
+	}
+	if _, ok := c.Model.(LanguageModel); !ok && (c.Attention.Chunked || c.CrossEntropy.Chunk > 0) {
+		return fmt.Errorf("attention %s, cross-entropy %s: %s is not a language model (train.LanguageModel), it has no attention or token loss to chunk; "+
+			"use plain (the zero layers.Attention and layers.CrossEntropy)", c.Attention, c.CrossEntropy, describeModel(c.Model))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
@@ -30,11 +31,13 @@ func (t *Trainer) StepFn() accum.StepFn {
 }
 
 // setForModel sets what the model's layers read from the context: training mode, the precision
-// policy and the remat blocks.
+// policy, the remat blocks, and how attention and the loss compute.
 func (t *Trainer) setForModel(ctx *context.Context, g *graph.Graph) {
 	ctx.SetTraining(g, true)
 	mixed.SetPolicy(ctx, t.Config.Policy)
 	remat.SetBlocks(ctx, remat.With(t.Config.Remat.Policy), t.Config.Remat.Kinds...)
+	layers.SetAttention(ctx, t.Config.Attention)
+	layers.SetCrossEntropy(ctx, t.Config.CrossEntropy)
 }
 
 // checkRematKinds panics (the step's graph function's way to fail; Step and Program return it as

@@ -26,8 +26,11 @@ type manifest struct {
 // the batch size, the seed (it chooses the data and the dropout masks) and the schedule's kind.
 // Settings that may change on resume, because they change how a step is computed or how long the
 // run is, not what the weights mean: the number of steps, the micro-batches, the schedule's rates
-// and steps, remat and its policy, the offload, the devices and the backend. The onegpu version
-// is recorded for the record only.
+// and steps, remat and its policy, plain or chunked attention and cross-entropy, the offload, the
+// devices and the backend. The sequence length is part of the model's description where the model
+// has learned positions (the GPT: a resume at another length is refused); a model with rotary
+// positions leaves it out of its description, and it may change. The onegpu version is recorded
+// for the record only.
 type WrittenBy struct {
 	Onegpu string `json:"onegpu"`
 	// Model describes the model and its sizes, e.g. "GPT small (4 layers × 256, 4 heads of 64,
@@ -46,6 +49,10 @@ type WrittenBy struct {
 	LearningRate string `json:"learning_rate"` // the schedule with its parameters
 	Remat        string `json:"remat"`
 	Offload      string `json:"offload,omitempty"`
+	// Attention and CrossEntropy are layers.Attention's and layers.CrossEntropy's forms ("plain",
+	// "chunked=1024"); empty in checkpoints written before they existed.
+	Attention    string `json:"attention,omitempty"`
+	CrossEntropy string `json:"cross_entropy,omitempty"`
 }
 
 // Differences lists each setting that must match on resume but does not, as "setting: this
@@ -74,6 +81,6 @@ type ConfigMismatchError struct {
 
 func (e *ConfigMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint folder %s holds another run; nothing was loaded or deleted:\n  %s\n"+
-		"use another --checkpoint folder, or the settings it was written with (steps, micro-batches, --lr, remat, offload, devices and backend may change on resume)",
+		"use another --checkpoint folder, or the settings it was written with (steps, micro-batches, --lr, remat, attention, cross-entropy, offload, devices and backend may change on resume)",
 		e.Dir, strings.Join(e.Differences, "\n  "))
 }
