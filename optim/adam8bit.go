@@ -8,6 +8,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 const (
@@ -107,29 +109,42 @@ func (o *Adam8bitOptimizer) UpdateGraph(ctx *context.Context, _ *graph.Graph, lo
 // UpdateGraphWithGradients applies grads, one per trainable variable used in the graph in context
 // order (as ctx.BuildTrainableVariablesGradientsGraph returns them). The moments are float32
 // whatever lossDType is.
+//
+// The update is GoMLX Adam's formula computed so that every backend rounds it the same way
+// (ograph.ProductSum, ograph.PowInt): the moments' moving averages in float64 from float32 values
+// (exact products, one rounding), the debiasing powers by squaring, the step divided in float64,
+// and the codes checked against exact thresholds (quantize.go). So the embedded backend and XLA
+// give the same moments, codes and parameters bit for bit for the same gradients and learning
+// rate, and the optimizer offload (the update on the embedded backend) trains as the device does.
+// GoMLX's float32 Adam is not rounded the same on both (XLA fuses its multiply-adds): with float32
+// moments this update agrees with it to a few float32 ulps, not bit for bit.
 func (o *Adam8bitOptimizer) UpdateGraphWithGradients(ctx *context.Context, grads []*graph.Node, _ dtypes.DType) {
 	c := o.config
 	g, learningRate, count := startUpdate(ctx, grads, "optim.Adam8bit", Adam8bitScope, c.learningRate)
-	f32 := dtypes.Float32
-	step := graph.ConvertDType(count, f32)
-	beta1 := graph.Scalar(g, f32, c.beta1)
-	beta2 := graph.Scalar(g, f32, c.beta2)
-	debias1 := graph.Reciprocal(graph.OneMinus(graph.Pow(beta1, step)))
-	debias2 := graph.Reciprocal(graph.OneMinus(graph.Pow(beta2, step)))
-	epsilon := graph.Scalar(g, f32, c.epsilon)
+	f32, f64 := dtypes.Float32, dtypes.Float64
+	// The betas as float32 values, so that their products with float32 moments are exact.
+	beta1, beta2 := graph.Scalar(g, f32, c.beta1), graph.Scalar(g, f32, c.beta2)
+	rest1, rest2 := graph.OneMinus(beta1), graph.OneMinus(beta2)
+	one := graph.ScalarOne(g, f64)
+	debias1 := graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta1)), count)))
+	debias2 := graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta2)), count)))
+	epsilon := graph.Scalar(g, f64, float64(float32(c.epsilon)))
+	learningRate = graph.ConvertDType(learningRate, f64)
 
 	eachTrainable(ctx, g, grads, "optim.Adam8bit", func(v *context.Variable, grad *graph.Node) {
 		grad = graph.ConvertDType(grad, f32)
 		m := o.moment(ctx, v, "1st", false)
 		s := o.moment(ctx, v, "2nd", true)
-		mNew := graph.Add(graph.Mul(beta1, m.read(g)), graph.Mul(graph.OneMinus(beta1), grad))
-		sNew := graph.Add(graph.Mul(beta2, s.read(g)), graph.Mul(graph.OneMinus(beta2), graph.Square(grad)))
+		// float64 until stored (see ograph.ProductSum).
+		mNew := ograph.ProductSum(beta1, m.read(g), rest1, grad)
+		sNew := ograph.ProductSum(beta2, s.read(g), rest2, graph.Square(grad))
 		m.write(mNew)
 		s.write(sNew)
 		denominator := graph.Add(graph.Sqrt(graph.Mul(sNew, debias2)), epsilon)
 		update := graph.Div(graph.Mul(learningRate, graph.Mul(mNew, debias1)), denominator)
 		value := v.ValueGraph(g)
-		v.SetValueGraph(graph.ConvertDType(graph.Sub(graph.ConvertDType(value, f32), update), value.DType()))
+		updated := graph.Sub(graph.ConvertDType(graph.ConvertDType(value, f32), f64), update)
+		v.SetValueGraph(graph.ConvertDType(graph.ConvertDType(updated, f32), value.DType()))
 	})
 }
 
@@ -179,10 +194,10 @@ func (m *moment) read(g *graph.Graph) *graph.Node {
 	return fromBlocks(dequantizeSigned(codes, scales), m.dims)
 }
 
-// write stores value (float32, the variable's shape).
+// write stores value (float64 or float32, the variable's shape) in float32 or as codes.
 func (m *moment) write(value *graph.Node) {
 	if m.full != nil {
-		m.full.SetValueGraph(value)
+		m.full.SetValueGraph(graph.ConvertDType(value, dtypes.Float32))
 		return
 	}
 	blocks := toBlocks(value, m.blockSize)

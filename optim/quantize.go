@@ -4,6 +4,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Block-wise 8-bit codes for optimizer moments (Dettmers et al. 2021, "8-bit Optimizers via
@@ -19,6 +21,14 @@ import (
 //     by, has a square code. A positive v never becomes code 0: it is stored as at least the
 //     smallest positive code, so Adam's denominator cannot fall to ε and blow an update up
 //     (rounding up there only shrinks that element's step).
+//
+// A code is the nearest level on that scale, ties rounded up (away from zero): |q| >= k exactly
+// when |m| >= scale·((k-½)/L)^p (L levels, p = 2 or 4). The code is estimated from m/scale, then
+// checked against those two thresholds, which are products only: XLA turns a division by a block's
+// scale into a multiplication by its reciprocal and fuses multiply-adds, the embedded backend does
+// neither, and GPUs divide float32 approximately, so an estimate can differ by one near a boundary,
+// but the thresholds are the same bits everywhere (see ograph.ProductSum): every backend stores the same codes
+// for the same moments.
 
 const (
 	signedLevels   = 127 // int8 codes -127..127
@@ -50,42 +60,70 @@ func fromBlocks(blocks *graph.Node, dims []int) *graph.Node {
 	return graph.Reshape(flat, dims...)
 }
 
-// blockScales returns each row's largest magnitude, [numBlocks] float32.
+// blockScales returns each row's largest magnitude, [numBlocks], in the blocks' dtype.
 func blockScales(blocks *graph.Node) *graph.Node {
 	return graph.ReduceMax(graph.Abs(blocks), 1)
 }
 
-// divideByScales divides every row by its scale; rows whose scale is 0 (all zeros) stay 0.
-func divideByScales(blocks, scales *graph.Node) *graph.Node {
-	g := blocks.Graph()
-	safe := graph.Where(graph.GreaterThan(scales, graph.ScalarZero(g, scales.DType())), scales, graph.OnesLike(scales))
-	return graph.Div(blocks, graph.InsertAxes(safe, 1))
+// nearestCodes returns, for float64 magnitudes [numBlocks, blockSize] and their rows' scales
+// [numBlocks] (the rows' largest magnitudes), the codes q in [0, levels] (float64) whose levels
+// scale·(q/levels)^power are nearest on the scale of magnitude^(1/power), ties up; power is 2 or
+// 4. A zero magnitude gets code 0.
+func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node {
+	g := magnitudes.Graph()
+	f64 := dtypes.Float64
+	zero := graph.ScalarZero(g, f64)
+	positive := graph.GreaterThan(scales, zero)
+	inverse := graph.Where(positive, graph.Reciprocal(graph.Where(positive, scales, graph.OnesLike(scales))), graph.ZerosLike(scales))
+	scale := graph.InsertAxes(scales, 1)
+	root := graph.Sqrt(graph.Mul(magnitudes, graph.InsertAxes(inverse, 1)))
+	if power == 4 {
+		root = graph.Sqrt(root)
+	}
+	estimate := graph.Min(ograph.RoundHalfUp(graph.MulScalar(root, levels)), graph.Scalar(g, f64, levels))
+	// threshold(k) = scale·((k-½)/L)^power: the smallest magnitude with code >= k.
+	threshold := func(k *graph.Node) *graph.Node {
+		u := graph.Square(graph.MulScalar(graph.AddScalar(k, -0.5), 1/float64(levels)))
+		if power == 4 {
+			u = graph.Square(u)
+		}
+		return graph.Mul(u, scale)
+	}
+	down := graph.LogicalAnd(graph.GreaterThan(estimate, zero), graph.LessThan(magnitudes, threshold(estimate)))
+	next := graph.AddScalar(estimate, 1)
+	up := graph.LogicalAnd(graph.LogicalAnd(graph.LessThan(estimate, graph.Scalar(g, f64, levels)), graph.GreaterThan(magnitudes, zero)),
+		graph.GreaterOrEqual(magnitudes, threshold(next)))
+	codes := graph.Where(down, graph.AddScalar(estimate, -1), estimate)
+	return graph.Where(up, next, codes)
 }
 
-// quantizeSigned encodes float32 blocks [numBlocks, blockSize] as int8 codes and per-block scales.
+// quantizeSigned encodes blocks [numBlocks, blockSize] (float32, or float64 as the update
+// computes them) as int8 codes and float32 per-block scales.
 func quantizeSigned(blocks *graph.Node) (codes, scales *graph.Node) {
+	blocks = graph.ConvertDType(blocks, dtypes.Float64)
 	scales = blockScales(blocks)
-	r := divideByScales(blocks, scales)
-	q := graph.Round(graph.MulScalar(graph.Mul(graph.Sign(r), graph.Sqrt(graph.Abs(r))), signedLevels))
-	return graph.ConvertDType(q, dtypes.Int8), scales
+	magnitude := nearestCodes(graph.Abs(blocks), scales, signedLevels, 2)
+	negative := graph.LessThan(blocks, graph.ScalarZero(blocks.Graph(), blocks.DType()))
+	q := graph.Where(negative, graph.Neg(magnitude), magnitude)
+	return graph.ConvertDType(q, dtypes.Int8), graph.ConvertDType(scales, dtypes.Float32)
 }
 
-// dequantizeSigned decodes quantizeSigned's codes into float32 blocks.
+// dequantizeSigned decodes quantizeSigned's codes into float32 blocks (products only: the same
+// bits on every backend).
 func dequantizeSigned(codes, scales *graph.Node) *graph.Node {
 	t := graph.DivScalar(graph.ConvertDType(codes, dtypes.Float32), signedLevels)
 	return graph.Mul(graph.Mul(t, graph.Abs(t)), graph.InsertAxes(scales, 1))
 }
 
-// quantizeUnsigned encodes non-negative float32 blocks as uint8 codes and per-block scales; a
-// positive value gets at least code 1.
+// quantizeUnsigned encodes non-negative blocks (float32 or float64) as uint8 codes and float32
+// per-block scales, as quantizeSigned does; a positive value gets at least code 1.
 func quantizeUnsigned(blocks *graph.Node) (codes, scales *graph.Node) {
-	g := blocks.Graph()
+	blocks = graph.ConvertDType(blocks, dtypes.Float64)
 	scales = blockScales(blocks)
-	r := divideByScales(blocks, scales)
-	q := graph.Round(graph.MulScalar(graph.Sqrt(graph.Sqrt(r)), unsignedLevels))
-	positive := graph.GreaterThan(r, graph.ScalarZero(g, r.DType()))
+	q := nearestCodes(blocks, scales, unsignedLevels, 4)
+	positive := graph.GreaterThan(blocks, graph.ScalarZero(blocks.Graph(), blocks.DType()))
 	q = graph.Where(positive, graph.Max(q, graph.OnesLike(q)), q)
-	return graph.ConvertDType(q, dtypes.Uint8), scales
+	return graph.ConvertDType(q, dtypes.Uint8), graph.ConvertDType(scales, dtypes.Float32)
 }
 
 // dequantizeUnsigned decodes quantizeUnsigned's codes into float32 blocks.
