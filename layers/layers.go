@@ -16,7 +16,8 @@ import (
 )
 
 // The layers below follow Flax's defaults (the tutorial's framework): kernels are LeCun-normal
-// (std 1/sqrt(fan-in)), biases zero, LayerNorm ε = 1e-6. Parameters are created in the param dtype
+// (std 1/sqrt(fan-in), untruncated), biases zero, LayerNorm ε = 1e-6. Random initial values come
+// from NormalVariable: the same on every backend for the same seed. Parameters are created in the param dtype
 // of the policy set on ctx's scope (mixed.SetPolicy; float32 by default) and cast to its compute
 // dtype where used, so their gradients come back in the param dtype. Parameter names follow
 // Flax's, which makes weights exchangeable with the JAX reference.
@@ -58,7 +59,7 @@ func denseVariables(ctx *context.Context, g *graph.Graph, inDims, features []int
 		fanIn *= d
 	}
 	kernelShape := shapes.Make(p.Param, append(append([]int{}, inDims...), features...)...)
-	kernel = ctx.WithInitializer(lecunNormal(ctx, fanIn)).VariableWithShape("kernel", kernelShape).ValueGraph(g)
+	kernel = NormalVariable(ctx, "kernel", kernelShape, 1/math.Sqrt(float64(fanIn))).ValueGraph(g) // LeCun normal
 	bias = ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, features...)).ValueGraph(g)
 	return kernel, bias
 }
@@ -91,8 +92,7 @@ func LayerNorm(ctx *context.Context, x *graph.Node) *graph.Node {
 func Embed(ctx *context.Context, tokens *graph.Node, vocab, features int) *graph.Node {
 	p := mixed.PolicyOf(ctx)
 	g := tokens.Graph()
-	table := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(features)))).
-		VariableWithShape("embedding", shapes.Make(p.Param, vocab, features)).ValueGraph(g)
+	table := NormalVariable(ctx, "embedding", shapes.Make(p.Param, vocab, features), 1/math.Sqrt(float64(features))).ValueGraph(g)
 	return Note(ctx, "Embed", Lookup(ctx, table, tokens))
 }
 
@@ -142,11 +142,6 @@ func GELU(x *graph.Node) *graph.Node {
 
 // SiLU is x·sigmoid(x).
 func SiLU(x *graph.Node) *graph.Node { return graph.Mul(x, graph.Logistic(x)) }
-
-// lecunNormal draws from a normal distribution with std 1/sqrt(fanIn).
-func lecunNormal(ctx *context.Context, fanIn int) initializers.VariableInitializer {
-	return initializers.RandomNormalFn(ctx, 1/math.Sqrt(float64(fanIn)))
-}
 
 // broadcastFor returns v (a bias or a gain) ready to broadcast against x: with x's rank, plus
 // tie, an exact -0.0 computed from x (ograph.NegativeZeroFrom), which changes no value. The tie

@@ -6,7 +6,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -31,8 +30,7 @@ func Linear(ctx *context.Context, x *graph.Node, features int) *graph.Node {
 // (in the policy's param dtype, normal with std InitializerRange): for a loss that applies the
 // layer itself, chunk by chunk (ChunkedCrossEntropySum).
 func LinearWeight(ctx *context.Context, g *graph.Graph, in, features int) *graph.Node {
-	return ctx.WithInitializer(initializers.RandomNormalFn(ctx, InitializerRange)).
-		VariableWithShape("weight", shapes.Make(mixed.PolicyOf(ctx).Param, features, in)).ValueGraph(g)
+	return NormalVariable(ctx, "weight", shapes.Make(mixed.PolicyOf(ctx).Param, features, in), InitializerRange).ValueGraph(g)
 }
 
 // LinearWith is Linear with a weight [features, in] the caller owns, e.g. the embedding table of a

@@ -7,7 +7,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/layers"
@@ -73,8 +72,7 @@ func (m GPT) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	}
 	g := tokens.Graph()
 	x := layers.Embed(ctx.In("embed"), tokens, c.Vocab, c.Hidden)
-	positions := ctx.WithInitializer(initializers.RandomNormalFn(ctx, 0.02)).
-		VariableWithShape("pos_emb", shapes.Make(p.Param, c.SeqLen, c.Hidden)).ValueGraph(g)
+	positions := layers.NormalVariable(ctx, "pos_emb", shapes.Make(p.Param, c.SeqLen, c.Hidden), 0.02).ValueGraph(g)
 	positions = graph.SliceAxis(p.CastToCompute(positions), 0, graph.AxisRange(0, length))
 	x = graph.Add(x, graph.InsertAxes(positions, 0))
 	for layer := range c.Layers {

@@ -8,7 +8,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -93,8 +92,7 @@ func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
 	if v := scope.GetVariableByScopeAndName(scope.Scope(), "weight"); v != nil {
 		return v.ValueGraph(g)
 	}
-	return scope.WithInitializer(initializers.RandomNormalFn(scope, layers.InitializerRange)).
-		VariableWithShape("weight", shapes.Make(m.Policy.Param, m.Config.Vocab, m.Config.Hidden)).ValueGraph(g)
+	return layers.NormalVariable(scope, "weight", shapes.Make(m.Policy.Param, m.Config.Vocab, m.Config.Hidden), layers.InitializerRange).ValueGraph(g)
 }
 
 // layer is one decoder layer: x + attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)), as the

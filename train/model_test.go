@@ -261,6 +261,7 @@ func TestRunTakesTheOptimizerClipAndSchedule(t *testing.T) {
 	if err := ctx.SetRNGStateFromSeed(3); err != nil {
 		t.Fatal(err)
 	}
+	ctx.SetParam(layers.ParamSeed, int64(3)) // the initial weights' seed, as the trainer sets it
 	chain, err := optim.NewChain(optim.MicroBatches(2), optim.ClipByGlobalNorm(0.5), optim.Apply(adamW()))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/optim"
 )
 
@@ -52,6 +53,7 @@ func New(backend backends.Backend, config Config) (*Trainer, error) {
 	if err := ctx.SetRNGStateFromSeed(int64(config.Seed)); err != nil {
 		return nil, err
 	}
+	ctx.SetParam(layers.ParamSeed, int64(config.Seed)) // the initial weights' seed
 	return &Trainer{Config: config, Backend: backend, Ctx: ctx}, nil
 }
 

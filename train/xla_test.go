@@ -104,7 +104,9 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // TestBFloat16OutputsOnXLA: the GPT with every dtype of its policy bfloat16 builds and runs its
 // step on XLA (the accuracy's ArgMax once refused its bfloat16 logits there), with the embedded
-// backend's loss.
+// backend's loss within 3%: the weights are the same bits on both, but the embedded backend's
+// bfloat16 element-wise results truncate where XLA's round (measured: 0.96%). (GoMLX's
+// initializers left bfloat16 weights at zero, and both losses were ln 256.)
 func TestBFloat16OutputsOnXLA(t *testing.T) {
 	backend := xlaBackend(t)
 	defer backend.Finalize()
@@ -133,7 +135,7 @@ func TestBFloat16OutputsOnXLA(t *testing.T) {
 	}
 	onXLA, embedded := step(backend), step(testkit.Embedded())
 	t.Logf("all-bfloat16 GPT, one step: XLA loss %.4f accuracy %.4f; embedded %.4f, %.4f", onXLA.Loss, onXLA.Accuracy, embedded.Loss, embedded.Accuracy)
-	if math.Abs(onXLA.Loss-embedded.Loss) > 1e-2*embedded.Loss || onXLA.Accuracy < 0 || onXLA.Accuracy > 1 {
+	if math.Abs(onXLA.Loss-embedded.Loss) > 3e-2*embedded.Loss || onXLA.Accuracy < 0 || onXLA.Accuracy > 1 {
 		t.Errorf("XLA: loss %v accuracy %v; embedded loss %v", onXLA.Loss, onXLA.Accuracy, embedded.Loss)
 	}
 }
