@@ -20,6 +20,9 @@ const (
 	// DefaultMinQuantizedSize is the paper's threshold: tensors with fewer elements (biases,
 	// LayerNorm scales) keep float32 moments, which costs little and keeps them exact.
 	DefaultMinQuantizedSize = 4096
+	// DefaultChunkSize is the most elements of a quantized tensor updated at once: 2^22, so that
+	// one chunk's float64 intermediates on the embedded backend are 32 MiB each.
+	DefaultChunkSize = 1 << 22
 )
 
 // Adam8bitConfig configures Adam with block-wise 8-bit moments: the same update as GoMLX's Adam
@@ -34,14 +37,15 @@ type Adam8bitConfig struct {
 	epsilon          float64
 	blockSize        int
 	minQuantizedSize int
+	chunkSize        int
 }
 
 // Adam8bit returns the configuration with GoMLX Adam's defaults (betas 0.9 and 0.999, epsilon
-// 1e-7, the context's learning rate), block size 2048 and float32 moments for tensors under 4096
-// elements.
+// 1e-7, the context's learning rate), block size 2048, float32 moments for tensors under 4096
+// elements, and chunks of 2^22 elements.
 func Adam8bit() *Adam8bitConfig {
 	return &Adam8bitConfig{learningRate: -1, beta1: 0.9, beta2: 0.999, epsilon: 1e-7,
-		blockSize: DefaultBlockSize, minQuantizedSize: DefaultMinQuantizedSize}
+		blockSize: DefaultBlockSize, minQuantizedSize: DefaultMinQuantizedSize, chunkSize: DefaultChunkSize}
 }
 
 // LearningRate sets the initial value of the learning-rate variable (GoMLX's
@@ -64,6 +68,11 @@ func (c *Adam8bitConfig) BlockSize(n int) *Adam8bitConfig { c.blockSize = n; ret
 // MinQuantizedSize sets the smallest tensor (in elements) whose moments are quantized.
 func (c *Adam8bitConfig) MinQuantizedSize(n int) *Adam8bitConfig { c.minQuantizedSize = n; return c }
 
+// ChunkSize sets the most elements of a quantized tensor updated at once (rounded down to whole
+// blocks, at least one): a larger tensor is updated one chunk after another, with the same values
+// (see UpdateGraphWithGradients). 0 updates every tensor at once.
+func (c *Adam8bitConfig) ChunkSize(n int) *Adam8bitConfig { c.chunkSize = n; return c }
+
 // Validate returns an error naming a setting that cannot work.
 func (c *Adam8bitConfig) Validate() error {
 	switch {
@@ -75,6 +84,8 @@ func (c *Adam8bitConfig) Validate() error {
 		return fmt.Errorf("adam8bit: block size %d must be at least 1", c.blockSize)
 	case c.minQuantizedSize < 0:
 		return fmt.Errorf("adam8bit: minimum quantized size %d cannot be negative", c.minQuantizedSize)
+	case c.chunkSize < 0:
+		return fmt.Errorf("adam8bit: chunk size %d cannot be negative (0 updates each tensor at once)", c.chunkSize)
 	}
 	return nil
 }
@@ -118,34 +129,108 @@ func (o *Adam8bitOptimizer) UpdateGraph(ctx *context.Context, _ *graph.Graph, lo
 // rate, and the optimizer offload (the update on the embedded backend) trains as the device does.
 // GoMLX's float32 Adam is not rounded the same on both (XLA fuses its multiply-adds): with float32
 // moments this update agrees with it to a few float32 ulps, not bit for bit.
+//
+// A quantized tensor larger than the chunk size is updated chunk by chunk (see ChunkSize).
 func (o *Adam8bitOptimizer) UpdateGraphWithGradients(ctx *context.Context, grads []*graph.Node, _ dtypes.DType) {
 	c := o.config
 	g, learningRate, count := startUpdate(ctx, grads, "optim.Adam8bit", Adam8bitScope, c.learningRate)
 	f32, f64 := dtypes.Float32, dtypes.Float64
-	// The betas as float32 values, so that their products with float32 moments are exact.
-	beta1, beta2 := graph.Scalar(g, f32, c.beta1), graph.Scalar(g, f32, c.beta2)
-	rest1, rest2 := graph.OneMinus(beta1), graph.OneMinus(beta2)
 	one := graph.ScalarOne(g, f64)
-	debias1 := graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta1)), count)))
-	debias2 := graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta2)), count)))
-	epsilon := graph.Scalar(g, f64, float64(float32(c.epsilon)))
-	learningRate = graph.ConvertDType(learningRate, f64)
-
+	k := adamStep{
+		learningRate: graph.ConvertDType(learningRate, f64),
+		// The betas as float32 values, so that their products with float32 moments are exact.
+		beta1:   graph.Scalar(g, f32, c.beta1),
+		beta2:   graph.Scalar(g, f32, c.beta2),
+		debias1: graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta1)), count))),
+		debias2: graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta2)), count))),
+		epsilon: graph.Scalar(g, f64, float64(float32(c.epsilon))),
+	}
 	eachTrainable(ctx, g, grads, "optim.Adam8bit", func(v *context.Variable, grad *graph.Node) {
-		grad = graph.ConvertDType(grad, f32)
 		m := o.moment(ctx, v, "1st", false)
 		s := o.moment(ctx, v, "2nd", true)
-		// float64 until stored (see ograph.ProductSum).
-		mNew := ograph.ProductSum(beta1, m.read(g), rest1, grad)
-		sNew := ograph.ProductSum(beta2, s.read(g), rest2, graph.Square(grad))
-		m.write(mNew)
-		s.write(sNew)
-		denominator := graph.Add(graph.Sqrt(graph.Mul(sNew, debias2)), epsilon)
-		update := graph.Div(graph.Mul(learningRate, graph.Mul(mNew, debias1)), denominator)
 		value := v.ValueGraph(g)
-		updated := graph.Sub(graph.ConvertDType(graph.ConvertDType(value, f32), f64), update)
-		v.SetValueGraph(graph.ConvertDType(graph.ConvertDType(updated, f32), value.DType()))
+		grad = graph.ConvertDType(grad, f32)
+		if m.full != nil {
+			mNew, sNew, updated := k.apply(m.full.ValueGraph(g), s.full.ValueGraph(g), grad, value)
+			m.full.SetValueGraph(graph.ConvertDType(mNew, f32))
+			s.full.SetValueGraph(graph.ConvertDType(sNew, f32))
+			v.SetValueGraph(updated)
+			return
+		}
+		v.SetValueGraph(o.updateQuantized(k, m, s, grad, value))
 	})
+}
+
+// adamStep is one update's scalars: the learning rate, debiasing factors and epsilon in float64,
+// the betas as float32 values.
+type adamStep struct {
+	learningRate, beta1, beta2, debias1, debias2, epsilon *graph.Node
+}
+
+// apply returns the new moments (float64: they stay so until stored, see ograph.ProductSum) and
+// the updated value (in value's dtype) for the moments m and s (float32), the gradient (float32)
+// and the value, all of one shape.
+func (k adamStep) apply(m, s, grad, value *graph.Node) (mNew, sNew, updated *graph.Node) {
+	f32, f64 := dtypes.Float32, dtypes.Float64
+	mNew = ograph.ProductSum(k.beta1, m, graph.OneMinus(k.beta1), grad)
+	sNew = ograph.ProductSum(k.beta2, s, graph.OneMinus(k.beta2), graph.Square(grad))
+	denominator := graph.Add(graph.Sqrt(graph.Mul(sNew, k.debias2)), k.epsilon)
+	update := graph.Div(graph.Mul(k.learningRate, graph.Mul(mNew, k.debias1)), denominator)
+	wide := graph.Sub(graph.ConvertDType(graph.ConvertDType(value, f32), f64), update)
+	return mNew, sNew, graph.ConvertDType(graph.ConvertDType(wide, f32), value.DType())
+}
+
+// updateQuantized updates a variable with 8-bit moments m and s, block by block, and returns its
+// new value. Blocks are independent (each has its own scales), so a tensor of more blocks than
+// a chunk holds is updated one chunk of blocks after another, each chunk tied to the previous
+// one's scales by an exact -0.0 (ograph.NegativeZeroFrom): the embedded backend, which keeps every
+// intermediate of an element-wise chain, then holds one chunk's float64 intermediates at a time
+// instead of the whole tensor's (four float32 or float64 copies of a 128256×2048 embedding are
+// 1-2 GiB each), and XLA cannot run the chunks side by side. The values are those of one chunk.
+func (o *Adam8bitOptimizer) updateQuantized(k adamStep, m, s *moment, grad, value *graph.Node) *graph.Node {
+	g := grad.Graph()
+	bs := o.config.blockSize
+	gradBlocks, valueBlocks := toBlocks(grad, bs), toBlocks(value, bs)
+	mCodes, mScales := m.codes.ValueGraph(g), m.scales.ValueGraph(g)
+	sCodes, sScales := s.codes.ValueGraph(g), s.scales.ValueGraph(g)
+	numBlocks := gradBlocks.Shape().Dim(0)
+	perChunk := numBlocks
+	if o.config.chunkSize > 0 {
+		perChunk = max(1, min(numBlocks, o.config.chunkSize/bs))
+	}
+	var parts [5][]*graph.Node // new first-moment codes and scales, second-moment ones, values
+	var tie *graph.Node
+	for start := 0; start < numBlocks; start += perChunk {
+		rows := func(x *graph.Node) *graph.Node {
+			if perChunk == numBlocks {
+				return x
+			}
+			return graph.Slice(x, graph.AxisRange(start, min(numBlocks, start+perChunk)))
+		}
+		gradChunk := rows(gradBlocks)
+		if tie != nil {
+			gradChunk = graph.Add(gradChunk, graph.ConvertDType(tie, gradChunk.DType()))
+		}
+		mNew, sNew, updated := k.apply(dequantizeSigned(rows(mCodes), rows(mScales)),
+			dequantizeUnsigned(rows(sCodes), rows(sScales)), gradChunk, rows(valueBlocks))
+		mc, ms := quantizeSigned(mNew)
+		sc, ss := quantizeUnsigned(sNew)
+		for i, part := range []*graph.Node{mc, ms, sc, ss, updated} {
+			parts[i] = append(parts[i], part)
+		}
+		tie = ograph.NegativeZeroFrom(graph.ReduceAllMax(graph.Add(ms, ss)))
+	}
+	whole := func(i int) *graph.Node {
+		if len(parts[i]) == 1 {
+			return parts[i][0]
+		}
+		return graph.Concatenate(parts[i], 0)
+	}
+	m.codes.SetValueGraph(whole(0))
+	m.scales.SetValueGraph(whole(1))
+	s.codes.SetValueGraph(whole(2))
+	s.scales.SetValueGraph(whole(3))
+	return fromBlocks(whole(4), value.Shape().Dimensions)
 }
 
 // Clear deletes the moments and Adam8bit's step counter.
@@ -157,9 +242,6 @@ func (o *Adam8bitOptimizer) Clear(ctx *context.Context) error {
 type moment struct {
 	full          *context.Variable // float32 moment, for small tensors
 	codes, scales *context.Variable // quantized moment
-	unsigned      bool
-	dims          []int
-	blockSize     int
 }
 
 // moment returns (creating them on first use) the variables that hold variable v's moment
@@ -167,46 +249,18 @@ type moment struct {
 func (o *Adam8bitOptimizer) moment(ctx *context.Context, v *context.Variable, which string, unsigned bool) *moment {
 	scoped := ctx.Checked(false).InAbsPath(context.ScopeSeparator + Adam8bitScope + v.Scope()).WithInitializer(initializers.Zero)
 	name := fmt.Sprintf("%s_%s_moment", v.Name(), which)
-	m := &moment{unsigned: unsigned, dims: v.Shape().Dimensions, blockSize: o.config.blockSize}
+	m := &moment{}
 	if !o.Quantized(v.Shape()) {
-		m.full = scoped.VariableWithShape(name, shapes.Make(dtypes.Float32, m.dims...)).SetTrainable(false)
+		m.full = scoped.VariableWithShape(name, shapes.Make(dtypes.Float32, v.Shape().Dimensions...)).SetTrainable(false)
 		return m
 	}
-	numBlocks := (v.Shape().Size() + m.blockSize - 1) / m.blockSize
+	blockSize := o.config.blockSize
+	numBlocks := (v.Shape().Size() + blockSize - 1) / blockSize
 	codeType := dtypes.Int8
 	if unsigned {
 		codeType = dtypes.Uint8
 	}
-	m.codes = scoped.VariableWithShape(name+"_codes", shapes.Make(codeType, numBlocks, m.blockSize)).SetTrainable(false)
+	m.codes = scoped.VariableWithShape(name+"_codes", shapes.Make(codeType, numBlocks, blockSize)).SetTrainable(false)
 	m.scales = scoped.VariableWithShape(name+"_scales", shapes.Make(dtypes.Float32, numBlocks)).SetTrainable(false)
 	return m
-}
-
-// read returns the moment as a float32 tensor of the variable's shape.
-func (m *moment) read(g *graph.Graph) *graph.Node {
-	if m.full != nil {
-		return m.full.ValueGraph(g)
-	}
-	codes, scales := m.codes.ValueGraph(g), m.scales.ValueGraph(g)
-	if m.unsigned {
-		return fromBlocks(dequantizeUnsigned(codes, scales), m.dims)
-	}
-	return fromBlocks(dequantizeSigned(codes, scales), m.dims)
-}
-
-// write stores value (float64 or float32, the variable's shape) in float32 or as codes.
-func (m *moment) write(value *graph.Node) {
-	if m.full != nil {
-		m.full.SetValueGraph(graph.ConvertDType(value, dtypes.Float32))
-		return
-	}
-	blocks := toBlocks(value, m.blockSize)
-	var codes, scales *graph.Node
-	if m.unsigned {
-		codes, scales = quantizeUnsigned(blocks)
-	} else {
-		codes, scales = quantizeSigned(blocks)
-	}
-	m.codes.SetValueGraph(codes)
-	m.scales.SetValueGraph(scales)
 }

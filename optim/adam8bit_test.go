@@ -407,3 +407,29 @@ func TestUnquantizedIsAdam(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedUpdateIsTheSame: updating a quantized tensor a few blocks at a time (chunks of 3
+// blocks, the last one shorter; blocks of 256 that divide the tensor and of 300 that leave the
+// last one padded) gives the same codes, scales and parameters, bit for bit, as updating it at
+// once, on every backend.
+func TestChunkedUpdateIsTheSame(t *testing.T) {
+	for _, backend := range backendsUnderTest() {
+		for _, blockSize := range []int{256, 300} {
+			whole := updateHarness(t, backend, Adam8bit().LearningRate(1e-2).BlockSize(blockSize).ChunkSize(0).Done(), 4)
+			chunked := updateHarness(t, backend, Adam8bit().LearningRate(1e-2).BlockSize(blockSize).ChunkSize(3*blockSize+7).Done(), 4)
+			for step := range whole {
+				for name, w := range whole[step] {
+					g := chunked[step][name]
+					for i := range w {
+						if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
+							t.Fatalf("%s, blocks of %d, step %d: %s[%d] is %v chunked, %v at once", backend.Name(), blockSize, step+1, name, i, g[i], w[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	if err := Adam8bit().ChunkSize(-1).Validate(); err == nil {
+		t.Error("a negative chunk size was accepted")
+	}
+}

@@ -23,12 +23,12 @@ import (
 //     (rounding up there only shrinks that element's step).
 //
 // A code is the nearest level on that scale, ties rounded up (away from zero): |q| >= k exactly
-// when |m| >= scale·((k-½)/L)^p (L levels, p = 2 or 4). The code is estimated from m/scale, then
-// checked against those two thresholds, which are products only: XLA turns a division by a block's
-// scale into a multiplication by its reciprocal and fuses multiply-adds, the embedded backend does
-// neither, and GPUs divide float32 approximately, so an estimate can differ by one near a boundary,
-// but the thresholds are the same bits everywhere (see ograph.ProductSum): every backend stores the same codes
-// for the same moments.
+// when |m| >= scale·((k-½)/L)^p (L levels, p = 2 or 4), in float32. The code is estimated from
+// m/scale, then checked against the two thresholds around the estimate, which are products only:
+// XLA turns a division by a block's scale into a multiplication by its reciprocal, the embedded
+// backend divides, and GPUs divide float32 approximately, so an estimate can differ by one near a
+// boundary, but the thresholds are the same bits everywhere (see ograph.ProductSum): every backend
+// stores the same codes for the same moments.
 
 const (
 	signedLevels   = 127 // int8 codes -127..127
@@ -65,14 +65,14 @@ func blockScales(blocks *graph.Node) *graph.Node {
 	return graph.ReduceMax(graph.Abs(blocks), 1)
 }
 
-// nearestCodes returns, for float64 magnitudes [numBlocks, blockSize] and their rows' scales
-// [numBlocks] (the rows' largest magnitudes), the codes q in [0, levels] (float64) whose levels
+// nearestCodes returns, for float32 magnitudes [numBlocks, blockSize] and their rows' scales
+// [numBlocks] (the rows' largest magnitudes), the codes q in [0, levels] (float32) whose levels
 // scale·(q/levels)^power are nearest on the scale of magnitude^(1/power), ties up; power is 2 or
 // 4. A zero magnitude gets code 0.
 func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node {
 	g := magnitudes.Graph()
-	f64 := dtypes.Float64
-	zero := graph.ScalarZero(g, f64)
+	f32 := dtypes.Float32
+	zero := graph.ScalarZero(g, f32)
 	positive := graph.GreaterThan(scales, zero)
 	inverse := graph.Where(positive, graph.Reciprocal(graph.Where(positive, scales, graph.OnesLike(scales))), graph.ZerosLike(scales))
 	scale := graph.InsertAxes(scales, 1)
@@ -80,7 +80,7 @@ func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node
 	if power == 4 {
 		root = graph.Sqrt(root)
 	}
-	estimate := graph.Min(ograph.RoundHalfUp(graph.MulScalar(root, levels)), graph.Scalar(g, f64, levels))
+	estimate := graph.Min(ograph.RoundHalfUp(graph.MulScalar(root, levels)), graph.Scalar(g, f32, levels))
 	// threshold(k) = scale·((k-½)/L)^power: the smallest magnitude with code >= k.
 	threshold := func(k *graph.Node) *graph.Node {
 		u := graph.Square(graph.MulScalar(graph.AddScalar(k, -0.5), 1/float64(levels)))
@@ -91,21 +91,22 @@ func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node
 	}
 	down := graph.LogicalAnd(graph.GreaterThan(estimate, zero), graph.LessThan(magnitudes, threshold(estimate)))
 	next := graph.AddScalar(estimate, 1)
-	up := graph.LogicalAnd(graph.LogicalAnd(graph.LessThan(estimate, graph.Scalar(g, f64, levels)), graph.GreaterThan(magnitudes, zero)),
+	up := graph.LogicalAnd(graph.LogicalAnd(graph.LessThan(estimate, graph.Scalar(g, f32, levels)), graph.GreaterThan(magnitudes, zero)),
 		graph.GreaterOrEqual(magnitudes, threshold(next)))
 	codes := graph.Where(down, graph.AddScalar(estimate, -1), estimate)
 	return graph.Where(up, next, codes)
 }
 
-// quantizeSigned encodes blocks [numBlocks, blockSize] (float32, or float64 as the update
-// computes them) as int8 codes and float32 per-block scales.
+// quantizeSigned encodes blocks [numBlocks, blockSize] as int8 codes and float32 per-block
+// scales. Float64 blocks (the update's moments) are rounded to float32 first and never widened
+// again (see ograph.ProductSum on excess precision).
 func quantizeSigned(blocks *graph.Node) (codes, scales *graph.Node) {
-	blocks = graph.ConvertDType(blocks, dtypes.Float64)
+	blocks = graph.ConvertDType(blocks, dtypes.Float32)
 	scales = blockScales(blocks)
 	magnitude := nearestCodes(graph.Abs(blocks), scales, signedLevels, 2)
 	negative := graph.LessThan(blocks, graph.ScalarZero(blocks.Graph(), blocks.DType()))
 	q := graph.Where(negative, graph.Neg(magnitude), magnitude)
-	return graph.ConvertDType(q, dtypes.Int8), graph.ConvertDType(scales, dtypes.Float32)
+	return graph.ConvertDType(q, dtypes.Int8), scales
 }
 
 // dequantizeSigned decodes quantizeSigned's codes into float32 blocks (products only: the same
@@ -115,15 +116,15 @@ func dequantizeSigned(codes, scales *graph.Node) *graph.Node {
 	return graph.Mul(graph.Mul(t, graph.Abs(t)), graph.InsertAxes(scales, 1))
 }
 
-// quantizeUnsigned encodes non-negative blocks (float32 or float64) as uint8 codes and float32
-// per-block scales, as quantizeSigned does; a positive value gets at least code 1.
+// quantizeUnsigned encodes non-negative blocks as uint8 codes and float32 per-block scales, as
+// quantizeSigned does; a positive value gets at least code 1.
 func quantizeUnsigned(blocks *graph.Node) (codes, scales *graph.Node) {
-	blocks = graph.ConvertDType(blocks, dtypes.Float64)
+	blocks = graph.ConvertDType(blocks, dtypes.Float32)
 	scales = blockScales(blocks)
 	q := nearestCodes(blocks, scales, unsignedLevels, 4)
 	positive := graph.GreaterThan(blocks, graph.ScalarZero(blocks.Graph(), blocks.DType()))
 	q = graph.Where(positive, graph.Max(q, graph.OnesLike(q)), q)
-	return graph.ConvertDType(q, dtypes.Uint8), graph.ConvertDType(scales, dtypes.Float32)
+	return graph.ConvertDType(q, dtypes.Uint8), scales
 }
 
 // dequantizeUnsigned decodes quantizeUnsigned's codes into float32 blocks.
