@@ -8,6 +8,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Schedule is the learning rate as a function of the step, optax's schedules' counterpart: step
@@ -116,15 +118,22 @@ func (s WarmupExponentialDecaySchedule) At(step int) float64 {
 	return s.Peak * math.Pow(s.DecayRate, float64(step-s.WarmupSteps)/float64(s.TransitionSteps))
 }
 
-// Rate computes in float32, with optax's formulas (linear_schedule's interpolation from the peak,
-// exponential_decay's power), as optax does: float64 here would put float64 scalar work into
-// every parameter's update fusion, which JAX's program does not have, for a learning rate the
-// float32 optimizer rounds to float32 anyway.
+// Rate computes optax's formulas (linear_schedule's interpolation from the peak,
+// exponential_decay's power) with operations that round the same on every backend, so that the
+// embedded backend (the optimizer offload's host) and XLA set the same float32 rate: the
+// interpolation as a float64 sum of exact products (ograph.ProductSum), the power by squaring
+// (ograph.PowInt; with TransitionSteps > 1, of rate^(1/TransitionSteps) computed here). Backends'
+// Pow differ in the last bit (0.99^n for 13% of n), and XLA fuses multiply-adds.
 func (s WarmupExponentialDecaySchedule) Rate(step *graph.Node) *graph.Node {
 	return afterWarmup(step, s.Init, s.Peak, s.WarmupSteps, func() *graph.Node {
-		// optax.exponential_decay: peak · rate^((step - warmup)/transition).
-		return graph.MulScalar(graph.Pow(graph.Scalar(step.Graph(), dtypes.Float32, s.DecayRate),
-			graph.DivScalar(graph.AddScalar(step, -float64(s.WarmupSteps)), float64(s.TransitionSteps))), s.Peak)
+		// optax.exponential_decay: peak · rate^((step - warmup)/transition), rate and peak as the
+		// float32 values optax computes with.
+		base := float64(float32(s.DecayRate))
+		if s.TransitionSteps > 1 {
+			base = math.Pow(base, 1/float64(s.TransitionSteps))
+		}
+		updates := graph.ConvertDType(graph.AddScalar(step, -float64(s.WarmupSteps)), dtypes.Int64)
+		return graph.ConvertDType(graph.MulScalar(ograph.PowInt(base, updates), float64(float32(s.Peak))), dtypes.Float32)
 	})
 }
 
@@ -174,7 +183,9 @@ func (s WarmupCosineSchedule) At(step int) float64 {
 }
 
 // Rate computes in float32, with optax's formulas (linear_schedule, then cosine_decay_schedule
-// with alpha = End/Peak).
+// with alpha = End/Peak). The cosine is the backend's: the embedded backend's and XLA's may differ
+// in the last bit, so an offloaded run follows the device's to that rounding (the warm-up and the
+// other schedules round the same everywhere).
 func (s WarmupCosineSchedule) Rate(step *graph.Node) *graph.Node {
 	return afterWarmup(step, s.Init, s.Peak, s.WarmupSteps, func() *graph.Node {
 		progress := graph.Min(graph.DivScalar(graph.AddScalar(step, -float64(s.WarmupSteps)), float64(s.DecaySteps-s.WarmupSteps)),
@@ -197,9 +208,12 @@ func warmupAt(step int, init, peak float64, warmup int) float64 {
 // afterWarmup returns, in the graph, optax.linear_schedule's rate from init to peak while step
 // is below warmup, then the rate decayed builds (optax.join_schedules).
 func afterWarmup(step *graph.Node, init, peak float64, warmup int, decayed func() *graph.Node) *graph.Node {
-	// optax.linear_schedule: (init - peak)·(1 - step/warmup) + peak.
-	frac := graph.OneMinus(graph.DivScalar(step, float64(max(warmup, 1))))
-	warm := graph.AddScalar(graph.MulScalar(frac, init-peak), peak)
+	// optax.linear_schedule: (init - peak)·(1 - step/warmup) + peak, with 1 - step/warmup as
+	// (warmup - step)·(1/warmup) (an exact difference, one rounding) and the rest a float64 sum of
+	// exact float32 products, rounded once: the same bits with or without a fused multiply-add.
+	g, f32 := step.Graph(), dtypes.Float32
+	frac := graph.MulScalar(graph.Sub(graph.Scalar(g, f32, float64(warmup)), step), 1/float64(max(warmup, 1)))
+	warm := graph.ConvertDType(ograph.ProductSum(frac, graph.Scalar(g, f32, init-peak), graph.ScalarOne(g, f32), graph.Scalar(g, f32, peak)), f32)
 	after := decayed()
-	return graph.Where(graph.LessThan(step, graph.Scalar(step.Graph(), dtypes.Float32, float64(warmup))), warm, after)
+	return graph.Where(graph.LessThan(step, graph.Scalar(g, f32, float64(warmup))), warm, after)
 }

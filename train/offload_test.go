@@ -49,10 +49,13 @@ func runOffload(t *testing.T, backend backends.Backend, config train.Config, to 
 
 // TestOffloadMatchesDeviceUpdate: with the optimizer offloaded to the host (the embedded backend),
 // the losses, skipped steps and moving-average losses equal those of the same run updated on the
-// device: bit for bit when the device is the embedded backend too (same math), within 1e-6
-// relative on XLA. Per step the parameters go to the device and their gradients come back,
-// nothing else (no loss scale here); with a loss scale so large that every gradient overflows,
-// both skip every step.
+// device: bit for bit when the device is the embedded backend too (same math), and on XLA with
+// 8-bit Adam, whose update, the schedule and the moving average round the same on every backend
+// (8 steps; before they did, the 8-bit codes amplified XLA's last-bit differences: 2.8e-7 by step
+// 10 here, 3e-4 over 60 steps of the tiny preset); within 1e-6 relative on XLA with GoMLX's Adam,
+// whose multiply-adds XLA fuses. Per step the parameters go to the device and their gradients
+// come back, nothing else (no loss scale here); with a loss scale so large that every gradient
+// overflows, both skip every step.
 func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 	cases := []struct{ optimizer, lossScale string }{
 		{"adam", "none"},
@@ -61,8 +64,8 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 	}
 	for _, backend := range testkit.All() {
 		for _, c := range cases {
-			if backend != testkit.Embedded() && c != cases[0] {
-				continue // each XLA case compiles four programs: one case is enough to show its rounding
+			if backend != testkit.Embedded() && c == cases[2] {
+				continue // each XLA case compiles four programs
 			}
 			t.Run(fmt.Sprintf("%s/%s/%s", backend.Name(), c.optimizer, c.lossScale), func(t *testing.T) {
 				config := offloadConfig(t)
@@ -76,17 +79,21 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 				if backend != testkit.Embedded() {
 					config.MicroBatches = 1 // half the graph for XLA to compile
 				}
-				plain, want := runOffload(t, backend, config, 3, "")
+				steps, tol := 3, 0.0
+				if backend != testkit.Embedded() {
+					if c.optimizer == "adam" {
+						tol = 1e-6
+					} else {
+						steps = 8
+					}
+				}
+				plain, want := runOffload(t, backend, config, steps, "")
 				defer plain.Close()
 				config.Offload = train.OffloadOptimizer
-				offloaded, got := runOffload(t, backend, config, 3, "")
+				offloaded, got := runOffload(t, backend, config, steps, "")
 				defer offloaded.Close()
-				if backend != testkit.Embedded() {
+				if backend != testkit.Embedded() && c == cases[0] {
 					compiledStepShrinks(t, plain, offloaded)
-				}
-				tol := 0.0
-				if backend != testkit.Embedded() {
-					tol = 1e-6
 				}
 				for i, w := range want.Steps {
 					g := got.Steps[i]

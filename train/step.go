@@ -6,6 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
@@ -59,15 +60,18 @@ const (
 )
 
 // movingAverage updates and returns the exponential moving average of loss. A skipped step (finite
-// false) leaves it as it was: its loss is not a loss of the model that continues training.
+// false) leaves it as it was: its loss is not a loss of the model that continues training. It
+// rounds the same on every backend (a float64 sum of exact products, a float64 reciprocal), so
+// the optimizer offload's host reports the device's mean loss.
 func movingAverage(ctx *context.Context, g *graph.Graph, loss, finite *graph.Node) *graph.Node {
 	state := ctx.Checked(false).InAbsPath(MeanLossScope)
 	meanVar := state.VariableWithValue("mean", float32(0)).SetTrainable(false)
 	countVar := state.VariableWithValue("count", float32(0)).SetTrainable(false)
 	mean, count := meanVar.ValueGraph(g), countVar.ValueGraph(g)
 	newCount := graph.AddScalar(count, 1)
-	weight := graph.Max(graph.Scalar(g, dtypes.Float32, MeanLossDecay), graph.Reciprocal(newCount))
-	newMean := graph.Add(graph.Mul(mean, graph.OneMinus(weight)), graph.Mul(graph.ConvertDType(loss, dtypes.Float32), weight))
+	f32 := dtypes.Float32
+	weight := graph.Max(graph.Scalar(g, f32, MeanLossDecay), graph.ConvertDType(graph.Reciprocal(graph.ConvertDType(newCount, dtypes.Float64)), f32))
+	newMean := graph.ConvertDType(ograph.ProductSum(mean, graph.OneMinus(weight), graph.ConvertDType(loss, f32), weight), f32)
 	meanVar.SetValueGraph(graph.Where(finite, newMean, mean))
 	countVar.SetValueGraph(graph.Where(finite, newCount, count))
 	return graph.Where(finite, newMean, mean)
