@@ -37,17 +37,7 @@ func initialWeights(t *testing.T, backend backends.Backend, seed int64, input sh
 	if err := ctx.InitializeVariables(backend, nil); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]*tensors.Tensor{}
-	for v := range ctx.IterVariables() {
-		value, err := v.Value()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out[v.ScopeAndName()], err = value.LocalClone(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return testkit.Variables(t, ctx)
 }
 
 // presetForwards are the tiny presets' forward passes (the GPT, the tutorial's MLP classifier and

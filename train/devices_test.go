@@ -80,22 +80,6 @@ func assertClose(t *testing.T, what string, got, want []float64, tol float64) {
 	}
 }
 
-// state copies every variable's whole value (shards merged) to the host, by name.
-func state(t *testing.T, ctx *context.Context) map[string]*tensors.Tensor {
-	t.Helper()
-	out := map[string]*tensors.Tensor{}
-	for v := range ctx.IterVariables() {
-		value, err := v.Value()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out[v.ScopeAndName()], err = value.LocalClone(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
 // TestDevicesMatchOneDevice: the tiny GPT in float32 trained on 4 devices of the XLA CPU plugin
 // gives the losses of one device (same global batch and seed), replicated and with everything
 // sharded; a checkpoint written with everything sharded on 4 devices holds their state bit for
@@ -119,7 +103,7 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 	dir := t.TempDir()
 	c.Devices = train.Devices{Count: 4, Shard: train.ShardParams}
 	sharded, got := runLosses(t, backend, c, 2, dir)
-	saved := state(t, sharded.Ctx)
+	saved := testkit.Variables(t, sharded.Ctx)
 	batches, err := data.NewSyntheticTokens(c.Batch, gptOf(c).SeqLen, gptOf(c).Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +136,7 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 	if _, err := checkpoints.Load(ctx).Dir(dir).Immediate().Done(); err != nil {
 		t.Fatal(err)
 	}
-	loaded := state(t, ctx)
+	loaded := testkit.Variables(t, ctx)
 	for name, want := range saved {
 		if got, ok := loaded[name]; !ok || !got.Equal(want) {
 			t.Errorf("variable %s: the checkpoint holds %v, the 4 devices held another value", name, got)
@@ -183,7 +167,7 @@ func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 	if _, err := tr.Step(batches.Batch(0)); err != nil {
 		t.Fatal(err)
 	}
-	before := state(t, tr.Ctx)
+	before := testkit.Variables(t, tr.Ctx)
 
 	batch := batches.Batch(1)
 	poisoned, err := batch[0].LocalClone()
@@ -194,7 +178,7 @@ func TestDevicesSkipNonFiniteOnAllDevices(t *testing.T) {
 	if _, err := tr.Step([]*tensors.Tensor{poisoned, batch[1]}); err != nil {
 		t.Fatal(err)
 	}
-	after := state(t, tr.Ctx)
+	after := testkit.Variables(t, tr.Ctx)
 	skipped := after[optim.DefaultScope+"/"+optim.SkippedStepsVariable]
 	if skipped == nil || tensors.ToScalar[int64](skipped) != 1 {
 		t.Fatalf("skipped steps = %v, want 1", skipped)

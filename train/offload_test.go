@@ -176,7 +176,7 @@ func TestOffloadResumeIsExact(t *testing.T) {
 			t.Errorf("step %d: uninterrupted loss %v (mean %v), resumed %v (mean %v)", i+1, w.Loss, w.MeanLoss, g.Loss, g.MeanLoss)
 		}
 	}
-	want, got := state(t, straightTrainer.Ctx), state(t, resumedTrainer.Ctx)
+	want, got := testkit.Variables(t, straightTrainer.Ctx), testkit.Variables(t, resumedTrainer.Ctx)
 	// The random state is left out: GoMLX v0.26.0's embedded RngBitGenerator (simplego's
 	// execRNGBitGenerator) keeps its PCG state in the first two words only and, when it cannot
 	// reuse its input, writes them into a pooled buffer whose third word is stale (0 or an old

@@ -3,6 +3,7 @@ package testkit
 import (
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 )
@@ -24,4 +25,21 @@ func RoundTrip(t testing.TB, ctx *context.Context) *context.Context {
 		t.Fatal(err)
 	}
 	return restored
+}
+
+// Variables copies every variable's whole value (shards merged) of ctx to the host, by scope and
+// name.
+func Variables(t testing.TB, ctx *context.Context) map[string]*tensors.Tensor {
+	t.Helper()
+	out := map[string]*tensors.Tensor{}
+	for v := range ctx.IterVariables() {
+		value, err := v.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[v.ScopeAndName()], err = value.LocalClone(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
