@@ -146,7 +146,8 @@ func (c Config) optimizer() optim.Optimizer {
 
 // Validate returns an error naming the setting that cannot work and how to fix it, before
 // anything is built: the model's own checks (a Validate and ValidateBatch method, when it has
-// them), the batch and its micro-batches (and their split across devices), the remat kinds (when
+// them), the batch and its micro-batches (their split across devices, and at most
+// MaxUnrolledBlocks micro-batch × layer copies: an *UnrolledError), the remat kinds (when
 // the model lists its kinds with RematKinds; otherwise they are checked when the step is built),
 // the attention and cross-entropy (chunked for a language model only), the schedule, the clipping norm and the offload.
 func (c Config) Validate() error {
@@ -163,6 +164,9 @@ func (c Config) Validate() error {
 	}
 	if c.Batch%c.microBatches() != 0 {
 		return fmt.Errorf("a batch of %d does not split into %d equal micro-batches: choose micro-batches that divide the batch", c.Batch, c.MicroBatches)
+	}
+	if err := c.checkUnrolled(); err != nil { // before anything builds the step
+		return err
 	}
 	if v, ok := c.Model.(interface {
 		ValidateBatch(batch, microBatch int) error

@@ -1,6 +1,7 @@
 package train_test
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -63,5 +64,39 @@ func TestConfigValidateRefusesNonFinite(t *testing.T) {
 	}
 	if err := mlp.Validate(); err != nil {
 		t.Errorf("the tutorial MLP: %v", err)
+	}
+}
+
+// TestValidateRefusesUnrolledSteps: Config.Validate (and so train.New, for a library caller as
+// for the CLI) refuses a step of more than MaxUnrolledBlocks micro-batch × layer copies with an
+// *UnrolledError naming the micro-batches and the most that work (main checked it in cmd only);
+// the tutorial's settings pass.
+func TestValidateRefusesUnrolledSteps(t *testing.T) {
+	tutorial := train.Config{Model: models.GPT{Config: models.Presets["tutorial"]}, Schedule: optim.Constant(1e-3)}
+	mlp := train.Config{Model: models.Classifier{Config: models.TutorialClassifier}, Schedule: optim.Constant(1e-3)}
+	for _, c := range []struct {
+		config       train.Config
+		microBatches int
+		want         string // "" when it passes
+	}{
+		{tutorial, 4, ""},
+		{tutorial, 16, ""}, // plan's largest
+		{tutorial, 21, ""},
+		{tutorial, 32, "32 micro-batches × 12 layers: the step would unroll 384 blocks"},
+		{tutorial, 1 << 20, "use at most 21 micro-batches"},
+		{mlp, 256, ""},
+		{mlp, 65536, "65536 micro-batches × 1 layer: the step would unroll 65536 blocks"},
+	} {
+		c.config.Batch, c.config.MicroBatches = c.microBatches, c.microBatches
+		err := c.config.Validate()
+		var unrolled *train.UnrolledError
+		if c.want == "" && err != nil || c.want != "" && (!errors.As(err, &unrolled) || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s with %d micro-batches: %v, want %q", c.config.Model, c.microBatches, err, c.want)
+		}
+		if c.want != "" {
+			if _, err := train.New(embedded(), c.config); !errors.As(err, &unrolled) {
+				t.Errorf("train.New with %d micro-batches: %v, want an *UnrolledError", c.microBatches, err)
+			}
+		}
 	}
 }

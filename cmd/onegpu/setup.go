@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -188,10 +189,11 @@ func (s *setup) config() (train.Config, error) {
 		return c, err
 	}
 	if err := c.Validate(); err != nil {
+		var unrolled *train.UnrolledError
+		if errors.As(err, &unrolled) {
+			return c, fmt.Errorf("--microbatches: %w", err)
+		}
 		return c, err
-	}
-	if err := plan.CheckUnrolled(c); err != nil { // before anything builds the step
-		return c, fmt.Errorf("--microbatches: %w", err)
 	}
 	return c, nil
 }
