@@ -1,6 +1,7 @@
 package data
 
 import (
+	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"math/rand/v2"
@@ -23,8 +24,9 @@ type Data interface {
 // [1, vocab), used at every step; the inputs are the tokens shifted right by one with 0 first, the
 // labels the tokens. A model can only memorize it, which is what its falling loss shows.
 type SyntheticTokens struct {
-	inputs, labels *tensors.Tensor
-	batch, seqLen  int
+	inputs, labels       *tensors.Tensor
+	batch, seqLen, vocab int
+	seed                 uint64
 }
 
 // NewSyntheticTokens draws the batch [batch, seqLen] with the given seed. It returns an error
@@ -47,7 +49,7 @@ func NewSyntheticTokens(batch, seqLen, vocab int, seed uint64) (*SyntheticTokens
 		copy(inputs[b*seqLen+1:(b+1)*seqLen], tokens[b*seqLen:(b+1)*seqLen-1])
 	}
 	return &SyntheticTokens{inputs: tensors.FromFlatDataAndDimensions(inputs, batch, seqLen),
-		labels: tensors.FromFlatDataAndDimensions(tokens, batch, seqLen), batch: batch, seqLen: seqLen}, nil
+		labels: tensors.FromFlatDataAndDimensions(tokens, batch, seqLen), batch: batch, seqLen: seqLen, vocab: vocab, seed: seed}, nil
 }
 
 // size is one dimension of a batch, named for messages.
@@ -73,6 +75,12 @@ func checkDataSizes(what string, sizes ...size) error {
 }
 
 func (d *SyntheticTokens) Batch(int) []*tensors.Tensor { return []*tensors.Tensor{d.inputs, d.labels} }
+
+// Record is what a checkpoint records of this data (see train.DataRecord): the generator's
+// parameters, which fix every token.
+func (d *SyntheticTokens) Record() string {
+	return fmt.Sprintf("synthetic tokens: %d×%d from a vocabulary of %d, seed %d", d.batch, d.seqLen, d.vocab, d.seed)
+}
 
 func (d *SyntheticTokens) Describe() string {
 	return fmt.Sprintf("the tutorial's synthetic tokens: one fixed batch of %d×%d random tokens", d.batch, d.seqLen)
@@ -128,6 +136,12 @@ func (d *Text) windows(text []byte, stream uint64) []*tensors.Tensor {
 		tensors.FromFlatDataAndDimensions(labels, d.batch, d.seqLen)}
 }
 
+// Record is what a checkpoint records of this data (see train.DataRecord): the text's size and
+// SHA-256, and the seed that draws the windows.
+func (d *Text) Record() string {
+	return fmt.Sprintf("byte-level text of %d bytes, sha256 %x, windows drawn with seed %d", len(d.text), sha256.Sum256(d.text), d.seed)
+}
+
 func (d *Text) Describe() string {
 	return fmt.Sprintf("byte-level text: %d×%d byte windows of a %d KB corpus", d.batch, d.seqLen, len(d.text)/1000)
 }
@@ -136,6 +150,8 @@ func (d *Text) Describe() string {
 // drawn from N(0, 1) and random labels in [0, classes), used at every step.
 type ClassifierBatch struct {
 	inputs, labels *tensors.Tensor
+	classes        int
+	seed           uint64
 }
 
 // NewClassifierBatch draws the batch with the given seed. It returns an error for sizes or a
@@ -156,10 +172,17 @@ func NewClassifierBatch(batch, inputs, classes int, seed uint64) (*ClassifierBat
 	for i := range y {
 		y[i] = int32(rng.IntN(classes))
 	}
-	return &ClassifierBatch{inputs: tensors.FromFlatDataAndDimensions(x, batch, inputs), labels: tensors.FromFlatDataAndDimensions(y, batch)}, nil
+	return &ClassifierBatch{inputs: tensors.FromFlatDataAndDimensions(x, batch, inputs), labels: tensors.FromFlatDataAndDimensions(y, batch),
+		classes: classes, seed: seed}, nil
 }
 
 func (d *ClassifierBatch) Batch(int) []*tensors.Tensor { return []*tensors.Tensor{d.inputs, d.labels} }
+
+// Record is what a checkpoint records of this data (see train.DataRecord): the generator's
+// parameters, which fix every value.
+func (d *ClassifierBatch) Record() string {
+	return fmt.Sprintf("classification batch: %s inputs, %d classes, seed %d", d.inputs.Shape(), d.classes, d.seed)
+}
 
 func (d *ClassifierBatch) Describe() string {
 	return fmt.Sprintf("the tutorial's classification batch: %s inputs, random labels", d.inputs.Shape())

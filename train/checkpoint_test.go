@@ -319,7 +319,7 @@ func TestNonFiniteCheckpointIsAnError(t *testing.T) {
 }
 
 // TestKeepNeverDeletesTheOnlyWholeCheckpoint: Keep bounds the whole checkpoints; a damaged newer
-// one does not count and is not resumed from, and it goes once whole ones newer than it exist.
+// one does not count and is not resumed from, and, having no manifest of onegpu's, it stays.
 func TestKeepNeverDeletesTheOnlyWholeCheckpoint(t *testing.T) {
 	c := smallMLP(t)
 	dir := filepath.Join(t.TempDir(), "ck")
@@ -344,8 +344,8 @@ func TestKeepNeverDeletesTheOnlyWholeCheckpoint(t *testing.T) {
 		t.Fatalf("resumed at %v (%v), want 3", h, err)
 	}
 	after := committed(t, dir)
-	if len(after) != 1 || !strings.HasSuffix(after[0], "step-00000005") {
-		t.Errorf("after the run with keep 1: %v, want only the step-5 checkpoint", after)
+	if len(after) != 2 || after[0] != partial || !strings.HasSuffix(after[1], "step-00000005") {
+		t.Errorf("after the run with keep 1: %v, want the partial .json onegpu did not write and the step-5 checkpoint", after)
 	}
 }
 
@@ -379,6 +379,10 @@ type stopAt struct {
 	at   int
 	stop chan struct{}
 }
+
+// Record is the wrapped data's: a wrapper that forwards the batches forwards what checkpoints
+// record of them (train.DataRecord).
+func (s stopAt) Record() string { return train.DataRecord(s.Data) }
 
 func (s stopAt) Batch(step int) []*tensors.Tensor {
 	if step == s.at {

@@ -269,6 +269,8 @@ type heldData struct {
 	once *sync.Once
 }
 
+func (d heldData) Record() string { return train.DataRecord(d.Data) }
+
 func (d heldData) Batch(step int) []*tensors.Tensor {
 	d.once.Do(func() { _, _ = io.Copy(io.Discard, os.Stdin) })
 	return d.Data.Batch(step)

@@ -30,6 +30,14 @@ type RunOptions struct {
 	CheckpointDir string
 	Keep          int
 	SaveEvery     int
+	// Overwrite lets Run open CheckpointDir although it holds weights that no whole onegpu
+	// checkpoint accounts for (checkpoint.Options.Overwrite): the run writes next to them and
+	// never deletes them.
+	Overwrite bool
+	// AllowOtherData lets a run resume from a checkpoint trained on other data than the batches
+	// given to Run (what a checkpoint records of its data: DataRecord); without it Run refuses with
+	// a *checkpoint.DataMismatchError before anything is loaded.
+	AllowOtherData bool
 	// Stop, when closed, ends the run after the current step: Run saves and returns an
 	// *InterruptedError.
 	Stop <-chan struct{}
@@ -95,7 +103,8 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 	store := opts.Checkpoints
 	if store == nil && opts.CheckpointDir != "" {
 		var err error
-		if store, err = OpenCheckpoints(opts.CheckpointDir, t.Config, cmp.Or(opts.Keep, 2)); err != nil {
+		options := checkpoint.Options{Keep: cmp.Or(opts.Keep, 2), Overwrite: opts.Overwrite}
+		if store, err = OpenCheckpointsWith(opts.CheckpointDir, t.Config, options); err != nil {
 			return nil, err
 		}
 		defer store.Close()
@@ -108,6 +117,13 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		if len(store.Skipped) > 0 && opts.Progress != nil {
 			fmt.Fprintf(opts.Progress, "skipped damaged or partial checkpoints in %s:\n  %s\n", store.Dir(), strings.Join(store.Skipped, "\n  "))
 		}
+		if len(store.Foreign) > 0 && opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, "writing next to weights no whole checkpoint accounts for in %s (kept, never deleted):\n  %s\n",
+				store.Dir(), strings.Join(store.Foreign, "\n  "))
+		}
+		if err := store.CheckData(DataRecord(batches), opts.AllowOtherData); err != nil {
+			return nil, err
+		}
 		if store.ResumeFrom != "" {
 			if err := t.checkVariables(store); err != nil {
 				return nil, err
@@ -119,8 +135,19 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		if store.ResumeFrom != "" {
 			// The restored counters say how many batches were taken, skipped steps included.
 			h.Resumed = t.Steps()
+			if err := t.checkResumedStep(store); err != nil {
+				return nil, err
+			}
 			lastSaved = h.Resumed
 		}
+	}
+	if h.Resumed > opts.Steps {
+		where := "the trainer has"
+		if store != nil && store.ResumeFrom != "" {
+			where = fmt.Sprintf("the checkpoint %s in %s has", store.ResumeFrom, store.Dir())
+		}
+		return h, fmt.Errorf("%s taken %d steps, past the %d asked for (--steps, RunOptions.Steps): nothing to train; "+
+			"ask for more than %d steps to train further, or use another checkpoint folder", where, h.Resumed, opts.Steps, h.Resumed)
 	}
 	if h.Resumed > 0 {
 		// The checkpoint created the variables already: the step's graph finds them instead.
@@ -130,10 +157,15 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		opts.LogEvery = max(1, opts.Steps/20)
 	}
 	if opts.Progress != nil {
-		if h.Resumed > 0 {
+		if h.Resumed > 0 && store != nil {
 			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, store.Dir())
 		}
-		fmt.Fprintf(opts.Progress, "training on %s\n", batches.Describe())
+		if h.Resumed == opts.Steps {
+			fmt.Fprintf(opts.Progress, "the run is at step %d, the steps asked for: nothing to train; raise --steps (RunOptions.Steps) to train further\n",
+				h.Resumed)
+		} else {
+			fmt.Fprintf(opts.Progress, "training on %s\n", batches.Describe())
+		}
 	}
 	// A checkpoint is staged after its step and committed once the next step's loss is finite
 	// (or the run ends), so that diverging weights never replace good checkpoints.

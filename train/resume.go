@@ -7,8 +7,10 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
@@ -82,4 +84,25 @@ func topScope(name string) string {
 		return context.RootScope
 	}
 	return context.ScopeSeparator + top
+}
+
+// checkResumedStep refuses a restored checkpoint whose manifest's step is not the step its
+// weights hold: see checkRestoredStep.
+func (t *Trainer) checkResumedStep(store *checkpoint.Folder) error {
+	return checkRestoredStep(t.Ctx, store)
+}
+
+// checkRestoredStep refuses the checkpoint of store restored into ctx when its manifest's step is
+// not the step its weights hold (the optimizer's global step plus the skipped steps, as
+// Trainer.Steps counts them): the manifest was edited or damaged after it was written, and
+// neither number can be trusted to say which batch comes next.
+func checkRestoredStep(ctx *context.Context, store *checkpoint.Folder) error {
+	updates := counterOf(ctx, context.RootScope, optimizers.GlobalStepVariableName)
+	skipped := counterOf(ctx, optim.DefaultScope, optim.SkippedStepsVariable)
+	if updates+skipped == store.ResumeStep {
+		return nil
+	}
+	return fmt.Errorf("checkpoint %s in %s: its manifest says step %d, its weights hold step %d (%d updates, %d skipped): "+
+		"the manifest was edited or damaged; nothing was trained or saved: move the checkpoint out of the folder to resume from an earlier one",
+		store.ResumeFrom, store.Dir(), store.ResumeStep, updates+skipped, updates, skipped)
 }

@@ -180,8 +180,11 @@ func (t *Trainer) Steps() int {
 
 // counter reads an int64 counter of the context (0 when it does not exist yet). Reading it may
 // load it from a restored checkpoint; a counter is never trainable.
-func (t *Trainer) counter(scope, name string) int {
-	v := t.Ctx.InspectVariable(scope, name)
+func (t *Trainer) counter(scope, name string) int { return counterOf(t.Ctx, scope, name) }
+
+// counterOf reads an int64 counter of ctx, as Trainer.counter.
+func counterOf(ctx *context.Context, scope, name string) int {
+	v := ctx.InspectVariable(scope, name)
 	if v == nil || !v.HasValue() {
 		return 0
 	}

@@ -27,7 +27,7 @@ func init() {
 }
 
 func runTrain(args []string, w io.Writer) error {
-	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--steps N] [--data text|synthetic] [--checkpoint DIR] [--save-every N] [--keep N] [--plot FILE.png] [--json]")
+	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--steps N] [--data text|synthetic] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
@@ -35,6 +35,8 @@ func runTrain(args []string, w io.Writer) error {
 	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change")
 	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
 	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
+	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted")
+	allowOtherData := fs.Bool("allow-other-data", false, "with --checkpoint, resume from a checkpoint trained on other --data (the checkpoints record the data: its content hash or parameters)")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
 	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
 	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines (a non-finite loss is written as the string \"NaN\", \"+Inf\" or \"-Inf\")")
@@ -57,7 +59,7 @@ func runTrain(args []string, w io.Writer) error {
 		}
 	}
 	if *checkpointDir == "" {
-		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep"); err != nil {
+		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep", "overwrite", "allow-other-data"); err != nil {
 			return err
 		}
 	}
@@ -85,7 +87,7 @@ func runTrain(args []string, w io.Writer) error {
 		if err := checkOutputFolder("checkpoint", *checkpointDir); err != nil {
 			return err
 		}
-		if store, err = train.OpenCheckpoints(*checkpointDir, config, *keep); err != nil {
+		if store, err = train.OpenCheckpointsWith(*checkpointDir, config, checkpoint.Options{Keep: *keep, Overwrite: *overwrite}); err != nil {
 			return err
 		}
 		defer store.Close()
@@ -116,7 +118,7 @@ func runTrain(args []string, w io.Writer) error {
 	stop, stopped := stopOnSignal(os.Stderr)
 	defer stopped()
 	history, runErr := trainer.Run(batches, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
-		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop})
+		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop, AllowOtherData: *allowOtherData})
 	if history == nil {
 		return runErr
 	}

@@ -123,3 +123,60 @@ func TestSetupChecksUnrolledFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainGuardsTheCheckpointFolder: weights without their .json are refused naming --overwrite,
+// which trains next to them and keeps them; a resume on other --data is refused naming
+// --allow-other-data, which continues on it; a checkpoint past --steps says so.
+func TestTrainGuardsTheCheckpointFolder(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	dir := filepath.Join(t.TempDir(), "mlp")
+	if err := runTrain([]string{"--model", "mlp", "--steps", "2", "--checkpoint", dir}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	jsons, _ := filepath.Glob(filepath.Join(dir, "checkpoint-*.json"))
+	for _, j := range jsons {
+		if err := os.Remove(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := checkpointFiles(t, dir)
+	err := runTrain([]string{"--model", "mlp", "--steps", "3", "--checkpoint", dir}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "pass --overwrite") {
+		t.Errorf("train on weights without their .json: %v, want a refusal naming --overwrite", err)
+	}
+	if err := runTrain([]string{"--model", "mlp", "--steps", "3", "--checkpoint", dir, "--overwrite", "--keep", "1"}, &bytes.Buffer{}); err != nil {
+		t.Fatalf("with --overwrite: %v", err)
+	}
+	after := checkpointFiles(t, dir)
+	for _, f := range before {
+		if !slices.Contains(after, f) {
+			t.Errorf("--overwrite deleted %s, which the run did not write", f)
+		}
+	}
+	var out bytes.Buffer
+	if err := runTrain([]string{"--model", "mlp", "--steps", "2", "--checkpoint", dir, "--overwrite"}, &out); err == nil ||
+		!strings.Contains(err.Error(), "taken 3 steps, past the 2 asked for") {
+		t.Errorf("--steps 2 on a checkpoint of step 3: %v", err)
+	}
+
+	gpt := filepath.Join(t.TempDir(), "gpt")
+	tiny := []string{"--preset", "tiny", "--batch", "2", "--microbatches", "1", "--checkpoint", gpt}
+	if err := runTrain(append([]string{"--steps", "1", "--data", "text"}, tiny...), &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	err = runTrain(append([]string{"--steps", "2", "--data", "synthetic"}, tiny...), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "trained on byte-level text of 366") || !strings.Contains(err.Error(), "this run's data is synthetic tokens") ||
+		!strings.Contains(err.Error(), "--allow-other-data") {
+		t.Errorf("resuming on --data synthetic: %v, want a refusal naming both data and --allow-other-data", err)
+	}
+	out.Reset()
+	if err := runTrain(append([]string{"--steps", "2", "--data", "synthetic", "--allow-other-data"}, tiny...), &out); err != nil ||
+		!strings.Contains(out.String(), "resuming from step 1") {
+		t.Errorf("with --allow-other-data: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := runTrain(append([]string{"--steps", "2", "--data", "synthetic"}, tiny...), &out); err != nil || !strings.Contains(out.String(), "nothing to train") {
+		t.Errorf("--steps 2 on a checkpoint of step 2: %v\n%s", err, out.String())
+	}
+}

@@ -1,56 +1,64 @@
 package checkpoint
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
+
+	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
 // Folder is a checkpoint folder held by one run: crash-safe saves, a check of what is there
-// before anything is loaded, and pruning that never loses the last whole checkpoint.
+// before anything is loaded, and pruning that never loses the last whole checkpoint nor touches a
+// file onegpu did not write.
 //
 // GoMLX's checkpoints.Handler writes the bytes (its format, so GoMLX's tools read the folder), but
 // it writes in place, never syncs and loads whatever is newest. So onegpu has the handler write into
-// a staging folder inside the checkpoint folder, syncs the files, records their SHA-256 and the
-// config that wrote them in a manifest (<name>.onegpu), and renames manifest, data (.bin) and
+// a staging folder inside the checkpoint folder, syncs the files, records their sizes, SHA-256 and
+// the config that wrote them in a manifest (<name>.onegpu), and renames manifest, data (.bin) and
 // finally metadata (.json) into place: a checkpoint exists once its .json does, whole, or not at
-// all. On open, checkpoints are checked newest first (manifest, checksums, sizes, finite values);
-// a damaged one is reported and skipped.
+// all. On open, checkpoints are checked newest first (manifest, kinds and sizes of the files,
+// checksums, finite values); a damaged one is reported and skipped.
+//
+// The folder is the user's data. Weights that no whole onegpu checkpoint accounts for (a .bin
+// without a manifest, or whose .json was removed) make Open refuse the folder unless
+// Options.Overwrite, and pruning deletes only checkpoints whose manifest says onegpu wrote them.
 //
 // The folder is locked for as long as the Folder is open (an flock on <dir>/onegpu.lock, which
 // the kernel drops when the process dies, so a crashed run never blocks the next).
 type Folder struct {
-	dir     string
-	keep    int
-	lock    *folderLock
-	record  WrittenBy
-	staging string
-	saver   *checkpoints.Handler
+	dir      string
+	keep     int
+	lock     *folderLock
+	readOnly bool
+	record   WrittenBy
+	staging  string
+	saver    *checkpoints.Handler
 
 	// Skipped describes each damaged or partial checkpoint newer than the one resumed from.
 	Skipped []string
+	// Foreign lists the weights (.bin files) no whole onegpu checkpoint accounts for, with why,
+	// that Options.Overwrite let the run write next to. They are never deleted.
+	Foreign []string
 	// ResumeFrom is the base name of the newest whole checkpoint ("" for an empty folder), and
-	// ResumeStep its global step.
+	// ResumeStep its global step, as its manifest records it.
 	ResumeFrom string
 	ResumeStep int
 
-	whole []string // base names of whole checkpoints, oldest first
-	next  int      // counter of the next checkpoint's name, past every name in the folder
+	written   WrittenBy // what the newest whole checkpoint's manifest records
+	whole     []string  // base names of whole checkpoints, oldest first
+	next      int       // counter of the next checkpoint's name, past every name in the folder
+	leftovers []string  // files of a commit a crash cut, removed once Open succeeds
 
 	pending     string // staged checkpoint's path without suffix, "" when none
 	pendingStep int
@@ -65,14 +73,32 @@ const (
 // checkpointName matches the names GoMLX gives checkpoints: checkpoint-n<counter>-<time>-step-<step>.
 var checkpointName = regexp.MustCompile(`^checkpoint-n(\d+)-`)
 
-// Open locks dir (creating it if needed) for a run that record describes, finds the newest whole
-// checkpoint and compares what it records with record (WrittenBy.Differences). It returns an
-// error, having changed nothing in the folder, when the folder is locked by another process, not
-// writable, holds a run of another config, holds checkpoints none of which is whole, or holds
-// non-finite values. keep (at least 1) is the number of whole checkpoints Save keeps.
+// Options configure OpenWith.
+type Options struct {
+	// Keep is the number of whole checkpoints Save keeps, at least 1.
+	Keep int
+	// Overwrite lets a run write into a folder that holds weights no whole onegpu checkpoint
+	// accounts for (someone's data, or a checkpoint whose manifest or .json was removed), and start
+	// from step 0 in a folder none of whose checkpoints is whole. Those files stay: onegpu never
+	// deletes a file its manifest does not say it wrote.
+	Overwrite bool
+}
+
+// Open is OpenWith(dir, record, Options{Keep: keep}).
 func Open(dir string, record WrittenBy, keep int) (*Folder, error) {
-	if keep < 1 {
-		return nil, fmt.Errorf("keep %d checkpoints: keep at least 1", keep)
+	return OpenWith(dir, record, Options{Keep: keep})
+}
+
+// OpenWith locks dir (creating it if needed) for a run that record describes, finds the newest
+// whole checkpoint and compares what it records with record (WrittenBy.Differences). It returns
+// an error, having changed nothing in the folder, when the folder is locked by another process,
+// not writable, its lock file is not onegpu's (a link, a file with other names or content), it
+// holds a run of another config, checkpoints none of which is whole, weights no whole checkpoint
+// accounts for (both unless opts.Overwrite), or non-finite values. Once it succeeds it removes what
+// a crash left of an uncommitted checkpoint.
+func OpenWith(dir string, record WrittenBy, opts Options) (*Folder, error) {
+	if opts.Keep < 1 {
+		return nil, fmt.Errorf("keep %d checkpoints: keep at least 1", opts.Keep)
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("checkpoint folder: %w", err)
@@ -81,10 +107,43 @@ func Open(dir string, record WrittenBy, keep int) (*Folder, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Folder{dir: dir, keep: keep, lock: lock, record: record, staging: filepath.Join(dir, stagingName)}
-	if err := c.scan(); err != nil {
+	c := &Folder{dir: dir, keep: opts.Keep, lock: lock, record: record, staging: filepath.Join(dir, stagingName)}
+	if err := c.scan(opts.Overwrite); err != nil {
 		lock.release()
 		return nil, err
+	}
+	for _, path := range c.leftovers {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			lock.release()
+			return nil, fmt.Errorf("removing what a crash left of an uncommitted checkpoint: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// OpenReadOnly opens the checkpoint folder dir to read its newest whole checkpoint (Restore,
+// Variables, Written), without locking it, creating anything or comparing it with a run: a
+// program that evaluates a checkpoint, possibly while a run writes the folder. It returns an
+// error when dir is not a folder or holds no whole checkpoint. Stage, Save and Commit return
+// errors.
+func OpenReadOnly(dir string) (*Folder, error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint folder: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("checkpoint folder %s is not a folder", dir)
+	}
+	c := &Folder{dir: dir, readOnly: true, staging: filepath.Join(dir, stagingName)}
+	if err := c.scan(true); err != nil {
+		return nil, err
+	}
+	if c.ResumeFrom == "" {
+		skipped := ""
+		if len(c.Skipped) > 0 {
+			skipped = ":\n  " + strings.Join(c.Skipped, "\n  ")
+		}
+		return nil, fmt.Errorf("checkpoint folder %s holds no whole checkpoint%s", dir, skipped)
 	}
 	return c, nil
 }
@@ -92,37 +151,28 @@ func Open(dir string, record WrittenBy, keep int) (*Folder, error) {
 // Dir is the checkpoint folder.
 func (c *Folder) Dir() string { return c.dir }
 
+// Written is what the manifest of the newest whole checkpoint (ResumeFrom) records of the run
+// that wrote it; the zero WrittenBy for an empty folder.
+func (c *Folder) Written() WrittenBy { return c.written }
+
+// CheckData compares data, what a run trains on (a line that changes with the batches: a content
+// hash of a text, a generator's parameters), with what the newest whole checkpoint records, and
+// records it in the checkpoints Save writes. A difference is a *DataMismatchError unless
+// allowOther; a checkpoint that records no data (written before onegpu recorded it) matches any.
+func (c *Folder) CheckData(data string, allowOther bool) error {
+	if c.ResumeFrom != "" && c.written.Data != "" && c.written.Data != data && !allowOther {
+		return &DataMismatchError{Dir: c.dir, Checkpoint: c.ResumeFrom, Written: c.written.Data, Asked: data}
+	}
+	c.record.Data = data
+	return nil
+}
+
 // Close releases the folder's lock.
 func (c *Folder) Close() {
 	if c.lock != nil {
 		c.lock.release()
 		c.lock = nil
 	}
-}
-
-// bases returns the checkpoint base names in dir that have a .json (committed), in save order.
-func (c *Folder) bases() ([]string, error) {
-	entries, err := os.ReadDir(c.dir)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint folder: %w", err)
-	}
-	var names []string
-	for _, e := range entries {
-		name := e.Name()
-		if !e.IsDir() && checkpointName.MatchString(name) {
-			c.next = max(c.next, counter(name)+1)
-			if base, ok := strings.CutSuffix(name, checkpoints.JsonNameSuffix); ok {
-				names = append(names, base)
-			}
-		}
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if ci, cj := counter(names[i]), counter(names[j]); ci != cj {
-			return ci < cj
-		}
-		return names[i] < names[j]
-	})
-	return names, nil
 }
 
 func counter(name string) int {
@@ -134,53 +184,6 @@ func counter(name string) int {
 	return n
 }
 
-// scan finds the newest whole checkpoint and checks its config and values.
-func (c *Folder) scan() error {
-	names, err := c.bases()
-	if err != nil {
-		return err
-	}
-	for i := len(names) - 1; i >= 0; i-- {
-		m, err := c.verify(names[i])
-		if err != nil {
-			var nonFinite *NonFiniteError
-			if errors.As(err, &nonFinite) {
-				return fmt.Errorf("checkpoint %s in %s: %w; move it out of the folder to resume from an earlier one", names[i], c.dir, err)
-			}
-			c.Skipped = append(c.Skipped, fmt.Sprintf("%s: %v", names[i], err))
-			continue
-		}
-		if diffs := m.WrittenBy.Differences(c.record); len(diffs) > 0 {
-			return &ConfigMismatchError{Dir: c.dir, Differences: diffs}
-		}
-		c.ResumeFrom, c.ResumeStep = names[i], m.Step
-		c.whole = []string{names[i]}
-		for _, older := range names[:i] {
-			if _, err := c.verify(older); err == nil {
-				c.whole = append(c.whole, older)
-			}
-		}
-		sort.Slice(c.whole, func(a, b int) bool { return counter(c.whole[a]) < counter(c.whole[b]) })
-		break
-	}
-	if len(names) > 0 && c.ResumeFrom == "" {
-		return fmt.Errorf("checkpoint folder %s holds %d checkpoints and none is whole (nothing was loaded or deleted):\n  %s\n"+
-			"move them away or use another --checkpoint folder", c.dir, len(names), strings.Join(c.Skipped, "\n  "))
-	}
-	return nil
-}
-
-// metadata is what onegpu reads of GoMLX's .json of a checkpoint.
-type metadata struct {
-	Variables []struct {
-		ParameterName string
-		Dimensions    []int
-		DType         dtypes.DType
-		Pos, Length   int
-	}
-	BinFormat string
-}
-
 // Variables returns the variables of the checkpoint Restore loads (ResumeFrom) by name (scope and
 // name, as context.Variable.ScopeAndName writes them: "/block_0/mlp/input_layer/weights"), with
 // their shapes; none for an empty folder. A trainer compares them with its model's before
@@ -190,79 +193,15 @@ func (c *Folder) Variables() (map[string]shapes.Shape, error) {
 	if c.ResumeFrom == "" {
 		return out, nil
 	}
-	_, jsonBytes, _, err := c.read(c.ResumeFrom)
+	files, err := c.read(c.ResumeFrom)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s changed since it was checked: %w", c.ResumeFrom, err)
 	}
-	var meta metadata
-	if err := json.Unmarshal(jsonBytes, &meta); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: metadata: %w", c.ResumeFrom, err)
-	}
-	for _, v := range meta.Variables {
+	for _, v := range files.meta.Variables {
 		scope, name := context.VariableScopeAndNameFromParameterName(v.ParameterName)
 		out[context.JoinScope(scope, name)] = shapes.Make(v.DType, v.Dimensions...)
 	}
 	return out, nil
-}
-
-// verify checks one checkpoint: manifest, checksums, sizes and finite values.
-func (c *Folder) verify(base string) (*manifest, error) {
-	m, jsonBytes, bin, err := c.read(base)
-	if err != nil {
-		return nil, err
-	}
-	var meta metadata
-	if err := json.Unmarshal(jsonBytes, &meta); err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
-	if meta.BinFormat != checkpoints.BinUncompressed.String() {
-		return nil, fmt.Errorf("data format %q, want %q", meta.BinFormat, checkpoints.BinUncompressed)
-	}
-	pos := 0
-	for _, v := range meta.Variables {
-		size := v.DType.SizeForDimensions(v.Dimensions...)
-		if v.Pos != pos || v.Length != size || pos+size > len(bin) {
-			return nil, fmt.Errorf("variable %s: %d bytes at %d do not fit the %d-byte data", v.ParameterName, v.Length, v.Pos, len(bin))
-		}
-		if i := firstNonFinite(v.DType, bin[pos:pos+size]); i >= 0 {
-			return nil, &NonFiniteError{Step: m.Step, Variable: v.ParameterName, Index: i}
-		}
-		pos += size
-	}
-	if pos != len(bin) {
-		return nil, fmt.Errorf("data holds %d bytes, the variables %d", len(bin), pos)
-	}
-	return m, nil
-}
-
-// read reads a checkpoint's three files and checks them against the manifest's checksums.
-func (c *Folder) read(base string) (m *manifest, jsonBytes, bin []byte, err error) {
-	path := filepath.Join(c.dir, base)
-	raw, err := os.ReadFile(path + manifestSuffix)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("no manifest (not written whole by onegpu): %w", err)
-	}
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil || m.Format != manifestFormat {
-		return nil, nil, nil, fmt.Errorf("manifest %s%s is damaged", base, manifestSuffix)
-	}
-	if jsonBytes, err = os.ReadFile(path + checkpoints.JsonNameSuffix); err != nil {
-		return nil, nil, nil, err
-	}
-	if bin, err = os.ReadFile(path + checkpoints.BinDataSuffix); err != nil {
-		return nil, nil, nil, err
-	}
-	if sum(jsonBytes) != m.JSONSHA {
-		return nil, nil, nil, fmt.Errorf("metadata (%d bytes) does not match its checksum: damaged or partial", len(jsonBytes))
-	}
-	if int64(len(bin)) != m.BinBytes || sum(bin) != m.BinSHA {
-		return nil, nil, nil, fmt.Errorf("data (%d bytes, %d written) does not match its checksum: damaged or partial", len(bin), m.BinBytes)
-	}
-	return m, jsonBytes, bin, nil
-}
-
-func sum(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
 
 // Restore loads the newest whole checkpoint into ctx (through GoMLX's handler, variables are set
@@ -271,11 +210,11 @@ func (c *Folder) Restore(ctx *context.Context) (int, error) {
 	if c.ResumeFrom == "" {
 		return 0, nil
 	}
-	_, jsonBytes, bin, err := c.read(c.ResumeFrom)
+	files, err := c.read(c.ResumeFrom)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint %s changed since it was checked: %w", c.ResumeFrom, err)
 	}
-	if _, err := checkpoints.Build(ctx).FromEmbed(string(jsonBytes), bin).Done(); err != nil {
+	if _, err := checkpoints.Build(ctx).FromEmbed(string(files.jsonBytes), files.bin).Done(); err != nil {
 		return 0, fmt.Errorf("loading checkpoint %s: %w", c.ResumeFrom, err)
 	}
 	return c.ResumeStep, nil
@@ -295,6 +234,9 @@ func (c *Folder) Save(ctx *context.Context, step int) error {
 // step's loss is finite keeps weights that are finite but already diverging (the loss turns NaN
 // one step later) out of the folder.
 func (c *Folder) Stage(ctx *context.Context, step int) error {
+	if c.readOnly {
+		return fmt.Errorf("checkpoint folder %s was opened read-only (OpenReadOnly): open it with Open to save", c.dir)
+	}
 	if err := checkFinite(ctx, step); err != nil {
 		return err
 	}
@@ -329,7 +271,7 @@ func (c *Folder) Stage(ctx *context.Context, step int) error {
 		return err
 	}
 	m := manifest{Format: manifestFormat, Step: step, Saved: time.Now().UTC(), WrittenBy: c.record,
-		JSONSHA: sum(jsonBytes), BinSHA: sum(bin), BinBytes: int64(len(bin))}
+		JSONSHA: sum(jsonBytes), JSONBytes: int64(len(jsonBytes)), BinSHA: sum(bin), BinBytes: int64(len(bin))}
 	raw, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
@@ -392,26 +334,32 @@ func (c *Folder) Commit() error {
 	return c.prune()
 }
 
-// prune deletes whole checkpoints beyond the newest keep and any checkpoint file older than the
-// oldest one kept. The newest whole checkpoint is always kept.
+// prune deletes whole checkpoints beyond the newest keep, and the files of any checkpoint older
+// than the oldest one kept that onegpu wrote (deletable: a damaged one, or what a crash left of a
+// pruning). The newest whole checkpoint is always kept, and a file onegpu did not write is never
+// deleted.
 func (c *Folder) prune() error {
 	if len(c.whole) <= c.keep {
 		return nil
 	}
 	c.whole = c.whole[len(c.whole)-c.keep:]
 	oldest := counter(c.whole[0])
-	entries, err := os.ReadDir(c.dir)
+	found, err := c.list()
 	if err != nil {
 		return err
 	}
-	// Delete each old checkpoint's .json first, so that it stops being a checkpoint before its
-	// data goes.
-	sort.Slice(entries, func(i, j int) bool {
-		return strings.HasSuffix(entries[i].Name(), checkpoints.JsonNameSuffix) && !strings.HasSuffix(entries[j].Name(), checkpoints.JsonNameSuffix)
-	})
-	for _, e := range entries {
-		if name := e.Name(); !e.IsDir() && checkpointName.MatchString(name) && counter(name) < oldest {
-			if err := os.Remove(filepath.Join(c.dir, name)); err != nil && !os.IsNotExist(err) {
+	var bases []string
+	for _, e := range found {
+		if counter(e.base) < oldest && c.deletable(e) {
+			bases = append(bases, e.base)
+		}
+	}
+	// Each checkpoint's data goes first and its manifest last: a pruning that a crash cuts leaves
+	// a .json and a manifest (a damaged checkpoint of onegpu's, pruned next time), never weights
+	// without their .json, which scan would take for someone else's.
+	for _, suffix := range []string{checkpoints.BinDataSuffix, checkpoints.JsonNameSuffix, manifestSuffix} {
+		for _, base := range bases {
+			if err := os.Remove(filepath.Join(c.dir, base+suffix)); err != nil && !os.IsNotExist(err) {
 				return fmt.Errorf("removing old checkpoint file: %w", err)
 			}
 		}
@@ -420,7 +368,7 @@ func (c *Folder) prune() error {
 }
 
 func syncAndRead(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := regularfile.Open(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +380,7 @@ func syncAndRead(path string) ([]byte, error) {
 }
 
 func writeSynced(path string, data []byte) error {
-	f, err := os.Create(path)
+	f, err := regularfile.Open(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return err
 	}
