@@ -95,6 +95,17 @@ func TestGrid(t *testing.T) {
 			t.Errorf("SearchGrid(12) has %s", v)
 		}
 	}
+	// Every variant Search tries on the tutorial GPT passes Validate, its unrolled-blocks bound
+	// (train.MaxUnrolledBlocks) included: none is skipped as an error.
+	tutorial, err := plan.Defaults("gpt", "tutorial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range plan.SearchGrid(tutorial.Batch) {
+		if _, err := v.Apply(tutorial); err != nil {
+			t.Errorf("plan's grid on the tutorial GPT: %s: %v", v, err)
+		}
+	}
 }
 
 // TestSearchRefuses: Search plans the GPT only, at throughputs from MinTFLOPs to MaxTFLOPs.
