@@ -78,8 +78,13 @@ type Memory struct {
 	AtPeak []Tensor
 	// Breakdown splits PeakBytes by kind.
 	Breakdown [numKinds]int64
-	// Timeline holds the live bytes after each executed node, in execution order, for plots.
+	// Timeline holds the live bytes while each executed node runs (its inputs, its output, the
+	// other buffers alive and its scratch space), in execution order, for plots: its largest value
+	// is PeakBytes.
 	Timeline []int64
+	// Steps describe the executed nodes in execution order (Timeline's order): which node, and
+	// the sections (graph.Section) it belongs to.
+	Steps []Step
 	// ExecutedNodes counts the nodes the program runs (those its outputs depend on).
 	ExecutedNodes int
 	// AllocatedBytes is what the embedded backend allocates while running the step from empty
@@ -93,6 +98,18 @@ type Memory struct {
 	// FLOPs counts floating-point operations (matmuls exactly, elementwise ops as one per output
 	// element, reductions as one per input element); MatmulFLOPs is the matmul part.
 	FLOPs, MatmulFLOPs int64
+}
+
+// Step is one executed node of Analyze's simulation.
+type Step struct {
+	Node graph.NodeId
+	// Block is the outermost section the node was created in (graph.Section: a remat block, its
+	// recomputation "... backward", a model's "loss", the "optimizer"'s update); for a node in
+	// none, "forward" when the loss depends on it, "backward" otherwise (gradients).
+	Block string
+	// Section is the innermost section the node was created in ("attention", "loss", a nested
+	// remat block), or Block when it is in no other.
+	Section string
 }
 
 // TopTensors is the number of buffers Memory.AtPeak lists.
@@ -111,6 +128,11 @@ func Analyze(p *Program) *Memory {
 	needed := neededNodes(p.Graph, p.Outputs)
 	kinds := classify(p, needed)
 	m := &Memory{}
+	outer, inner := nodeSections(p.Graph)
+	var forward []bool
+	if p.Loss != nil {
+		forward = neededNodes(p.Graph, []*graph.Node{p.Loss})
+	}
 
 	uses := make([]int, len(nodes))
 	isOutput := make([]bool, len(nodes))
@@ -195,7 +217,8 @@ func Analyze(p *Program) *Memory {
 				peakLive[id] = b
 			}
 		}
-		m.Timeline = append(m.Timeline, liveBytes)
+		m.Timeline = append(m.Timeline, liveBytes+scratch)
+		m.Steps = append(m.Steps, stepOf(n, outer, inner, forward))
 		for i, in := range inputs {
 			used[in.Id()]++
 			if i == reused {
@@ -238,6 +261,22 @@ func Analyze(p *Program) *Memory {
 		m.AtPeak = m.AtPeak[:TopTensors]
 	}
 	return m
+}
+
+// stepOf describes executed node n by its sections, or by its role when it is in none.
+func stepOf(n *graph.Node, outer, inner []string, forward []bool) Step {
+	id := n.Id()
+	s := Step{Node: id, Block: outer[id], Section: inner[id]}
+	if s.Block == "" {
+		s.Block = "backward"
+		if forward != nil && forward[id] {
+			s.Block = "forward"
+		}
+	}
+	if s.Section == "" {
+		s.Section = s.Block
+	}
+	return s
 }
 
 // bufferPool follows the embedded backend's buffer pools through a step: freed buffers by dtype
