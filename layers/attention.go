@@ -26,7 +26,10 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 	qkv := DenseGeneral(ctx.In("qkv"), x, 1, heads, 3*headDim) // [b, t, h, 3d]
 	// jnp.split's gradient: one concatenate of the three cotangents, not three padded sums.
 	parts := ograph.SplitAxis(qkv, -1, 3)
+	// The core is a section of the memory timeline (memory --timeline).
+	end := ograph.Section(x.Graph(), "attention")
 	values := Note(ctx, "attention", AttentionOf(ctx).Core()(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
+	end()
 	return DenseGeneral(ctx.In("output_layer"), values, 2, width)
 }
 

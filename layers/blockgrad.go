@@ -23,7 +23,7 @@ import (
 // value by an exact zero (graph.ZeroTiedTo), and an identity on the output whose gradient rule
 // runs first (graph.Gradient visits nodes in decreasing creation order), computes every input's
 // gradient and leaves them for the entries to deliver.
-func withGradients(inputs []*graph.Node, value *graph.Node, grad func(out, v *graph.Node) []*graph.Node) *graph.Node {
+func withGradients(label string, inputs []*graph.Node, value *graph.Node, grad func(out, v *graph.Node) []*graph.Node) *graph.Node {
 	var grads []*graph.Node
 	var tie *graph.Node
 	for i, x := range inputs {
@@ -40,6 +40,7 @@ func withGradients(inputs []*graph.Node, value *graph.Node, grad func(out, v *gr
 	}
 	sum := graph.Add(graph.StopGradient(value), tie)
 	return graph.IdentityWithCustomGradient(sum, func(out, v *graph.Node) *graph.Node {
+		defer ograph.Section(v.Graph(), label+" backward")()
 		grads = grad(out, v)
 		if len(grads) != len(inputs) {
 			panic(fmt.Sprintf("layers: a blocked gradient returned %d gradients for %d inputs", len(grads), len(inputs)))

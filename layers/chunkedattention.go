@@ -40,7 +40,7 @@ func ChunkedAttention(q, k, v *graph.Node, softmaxDType dtypes.DType, block int)
 func ChunkedAttentionBlocks(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int) *graph.Node {
 	a := newBlockedAttention(q, k, v, softmaxDType, queryBlock, keyBlock)
 	value := a.forward()
-	return withGradients([]*graph.Node{q, k, v}, value, a.backward)
+	return withGradients("attention", []*graph.Node{q, k, v}, value, a.backward)
 }
 
 // blockedAttention holds one call's shapes, blocks and the forward values the backward pass reads.

@@ -59,7 +59,7 @@ func (l *chunkedLoss) sum(x *graph.Node, proj Projection) *graph.Node {
 	if proj.Bias != nil {
 		inputs = append(inputs, proj.Bias)
 	}
-	return withGradients(inputs, l.forward(), l.backward)
+	return withGradients("loss", inputs, l.forward(), l.backward)
 }
 
 // chunkedLoss holds one call's flattened inputs, chunks and the forward values the backward pass

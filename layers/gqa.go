@@ -6,6 +6,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // GroupedQuery describes grouped-query self-attention as Llama-class models have it: Heads query
@@ -61,6 +63,8 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) 
 	if core == nil {
 		core = AttentionOf(ctx).Core()
 	}
+	end := ograph.Section(x.Graph(), "attention")                 // for the memory timeline
 	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]
+	end()
 	return Linear(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -138,11 +139,12 @@ func (m GPT) InputShapes(batch int) []shapes.Shape {
 // train.Config.CrossEntropy) the output layer, the loss and the accuracy run a chunk of tokens at
 // a time (layers.ChunkedCrossEntropyAccuracy): no [tokens, Vocab] logits exist at once.
 func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+	hidden := m.Hidden(ctx, batch[0])
+	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
 	chunk := layers.CrossEntropyOf(ctx).Chunk
 	if chunk == 0 {
-		return classification(m.Logits(ctx, batch[0]), batch[1])
+		return classification(m.Head(ctx, hidden), batch[1])
 	}
-	hidden := m.Hidden(ctx, batch[0])
 	head := layers.DenseProjection(ctx.In("output_layer"), hidden.Graph(), m.Config.Hidden, m.Config.Vocab)
 	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, head, batch[1], nil, chunk)
 	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}

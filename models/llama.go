@@ -9,6 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -123,12 +124,13 @@ func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
 // (layers.SetCrossEntropy) the output layer and the loss run a chunk of tokens at a time
 // (layers.ChunkedCrossEntropySum): no [tokens, Vocab] logits exist at once.
 func (m Llama) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
+	hidden := m.Hidden(ctx, tokens)
+	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
 	if chunk := layers.CrossEntropyOf(ctx).Chunk; chunk > 0 {
-		hidden := m.Hidden(ctx, tokens)
 		head := layers.Projection{Weight: m.headWeight(ctx, hidden.Graph()), ClassesFirst: true}
 		return layers.ChunkedCrossEntropySum(hidden, head, labels, mask, chunk)
 	}
-	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
+	return mixed.SoftmaxCrossEntropySum(m.Head(ctx, hidden), labels, mask)
 }
 
 // headWeight is the output layer's weight [Vocab, Hidden]: the embedding table when the embeddings

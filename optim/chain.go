@@ -222,6 +222,7 @@ func (c *Chain) ApplyGradients(ctx *context.Context, g *graph.Graph, grads []*gr
 }
 
 func (c *Chain) run(u Update) {
+	defer ograph.Section(u.Graph, "optimizer")() // for the memory timeline
 	if u.LossDType != dtypes.Float64 {
 		u.LossDType = dtypes.Float32
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // blocksParam is the context hyperparameter that holds the blocks SetBlocks names.
@@ -104,6 +106,9 @@ func Block(ctx *context.Context, name string, fn func(ctx *context.Context, inpu
 	}
 	blocks := blocksOf(ctx)
 	if !slices.Contains(blocks.names, name) {
+		if len(inputs) > 0 && inputs[0] != nil {
+			defer ograph.Section(inputs[0].Graph(), sectionLabel(ctx.Scope()))()
+		}
 		return fn(ctx, inputs)
 	}
 	return blocks.config.CheckpointCtx(ctx, fn, inputs...)
