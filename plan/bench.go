@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
@@ -18,13 +19,18 @@ import (
 // their time (and on the embedded backend their heap peak).
 type Measured struct {
 	Variant
+	// Attention and CrossEntropy are set in a grid of chunkings (BenchChunkings): the row's forms
+	// of --attention and --cross-entropy.
+	Attention    string `json:"attention,omitempty"`
+	CrossEntropy string `json:"cross_entropy,omitempty"`
 	Estimate
 	// MeasuredPeakBytes is the heap peak above the step's inputs on the embedded backend (the
 	// least of two measured steps); 0 when not measured.
 	MeasuredPeakBytes int64   `json:"measured_peak_bytes,omitempty"`
 	StepSeconds       float64 `json:"step_seconds,omitempty"`
 	TokensPerSecond   float64 `json:"tokens_per_second,omitempty"`
-	// Ratios to the first row (float32, no remat, 1 micro-batch).
+	// Ratios to the first row (the tutorial's grid: float32, no remat, 1 micro-batch; a grid of
+	// chunkings: plain attention and loss).
 	PeakRatio, ActivationRatio, TimeRatio float64
 	Error                                 string `json:"error,omitempty"`
 }
@@ -45,21 +51,54 @@ type BenchOptions struct {
 // opts.Steps > 0, runs and times it on synthetic tokens; ratios are to the first row. A
 // configuration that fails carries its error and the others still run.
 func Bench(backend backends.Backend, base train.Config, opts BenchOptions) []Measured {
-	var rows []Measured
+	var rows []benchRow
 	for _, v := range TutorialGrid() {
-		row := Measured{Variant: v}
 		config, err := v.Apply(base)
+		rows = append(rows, benchRow{Measured{Variant: v}, config, err})
+	}
+	return measure(backend, rows, opts)
+}
+
+// BenchChunkings is Bench over chunkings of base (e.g. AllChunkings: plain and chunked attention
+// and cross-entropy) at base's policy, remat and micro-batches; ratios are to the first
+// chunking's row. With opts.Compile each row reports XLA's compile time (Estimate.CompileSeconds).
+func BenchChunkings(backend backends.Backend, base train.Config, chunkings []Chunking, opts BenchOptions) []Measured {
+	v := Variant{Compute: strings.ToLower(base.Policy.Compute.String()), Remat: base.Remat.String(), MicroBatches: max(base.MicroBatches, 1)}
+	var rows []benchRow
+	for _, k := range chunkings {
+		config := k.Apply(base)
+		rows = append(rows, benchRow{Measured{Variant: v, Attention: k.Attention.String(), CrossEntropy: k.CrossEntropy.String()}, config, config.Validate()})
+	}
+	return measure(backend, rows, opts)
+}
+
+// benchRow is one configuration to measure, or the error that keeps it from being built.
+type benchRow struct {
+	Measured
+	config train.Config
+	err    error
+}
+
+// measure estimates and times each row, and sets the ratios to the first.
+func measure(backend backends.Backend, configs []benchRow, opts BenchOptions) []Measured {
+	var rows []Measured
+	for _, c := range configs {
+		row, err := c.Measured, c.err
 		if err == nil {
-			row.Estimate, err = EstimateStep(backend, config, opts.Compile)
+			row.Estimate, err = EstimateStep(backend, c.config, opts.Compile)
 		}
 		if err == nil && opts.Steps > 0 {
-			err = timeSteps(backend, config, opts, &row)
+			err = timeSteps(backend, c.config, opts, &row)
 		}
 		if err != nil {
 			row.Error = err.Error()
 		}
 		if opts.Progress != nil {
-			fmt.Fprintf(opts.Progress, "  %s  estimated peak %10s  %s\n", v, ograph.FormatBytes(row.PeakBytes), row.summary())
+			name := row.Variant.String()
+			if row.Attention != "" {
+				name = fmt.Sprintf("attention %-16s cross-entropy %-12s", row.Attention, row.CrossEntropy)
+			}
+			fmt.Fprintf(opts.Progress, "  %s  estimated peak %10s  %s\n", name, ograph.FormatBytes(row.PeakBytes), row.summary())
 		}
 		rows = append(rows, row)
 	}
@@ -127,8 +166,12 @@ func (r Measured) summary() string {
 	switch {
 	case r.Error != "":
 		return "error: " + r.Error
+	case r.StepSeconds > 0 && r.CompileSeconds > 0:
+		return fmt.Sprintf("compile %.1fs, step %.2fs", r.CompileSeconds, r.StepSeconds)
 	case r.StepSeconds > 0:
 		return fmt.Sprintf("step %.2fs", r.StepSeconds)
+	case r.CompileSeconds > 0:
+		return fmt.Sprintf("compile %.1fs", r.CompileSeconds)
 	}
 	return ""
 }

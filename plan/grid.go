@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -80,6 +81,8 @@ type Estimate struct {
 	ActivationBytes int64                  `json:"estimated_activation_bytes"`
 	FLOPs           int64                  `json:"flops"`
 	XLA             *ograph.CompiledMemory `json:"xla_compiled,omitempty"`
+	// CompileSeconds is how long XLA took to compile the step (with compile only; wall clock).
+	CompileSeconds float64 `json:"compile_seconds,omitempty"`
 	// Breakdown splits PeakBytes by kind (graph.Memory.Breakdown), indexed by graph.Kind.
 	Breakdown map[ograph.Kind]int64 `json:"-"`
 }
@@ -112,10 +115,12 @@ func EstimateStep(backend backends.Backend, config train.Config, compile bool) (
 		e.Breakdown[k] = m.Breakdown[k]
 	}
 	if compile {
+		start := time.Now()
 		compiled, err := ograph.CompileProgram(p)
 		if err != nil {
 			return e, err
 		}
+		e.CompileSeconds = time.Since(start).Seconds()
 		e.XLA = &compiled
 	}
 	return e, nil

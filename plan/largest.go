@@ -159,31 +159,45 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 		}
 		return ok, nil
 	}
-	if ok, err := fits(1); err != nil || !ok {
-		return row, err
-	}
 	top := MaxScale()
-	low, high := 1, 2 // fits(low); high is yet unknown
-	for {
-		ok, err := fits(high)
+	n, err := largestFitting(top, fits)
+	if err == nil && n == top {
+		c := ScaledGPT(top)
+		err = fmt.Errorf("unbounded: a budget of %s fits even the largest GPT of the tutorial's shape onegpu builds (%d layers × hidden %d, "+
+			"%d parameters; a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), c.Layers, c.Hidden, c.Params())
+	}
+	return row, err // fitting probes only grow, so the row is the largest fitting one's
+}
+
+// largestFitting returns the largest n in [1, top] for which fits holds, given that it holds for
+// every n below one for which it holds (memory grows with n): doubling from 1, then bisecting, so
+// that fits is called about 2·log2(n) times. It returns 0 when fits(1) fails, and stops at the
+// first error.
+func largestFitting(top int, fits func(n int) (bool, error)) (int, error) {
+	if ok, err := fits(1); err != nil || !ok {
+		return 0, err
+	}
+	low, high := 1, 0 // fits(low); high, when not 0, is the least n known not to fit
+	for high == 0 {
+		if low >= top {
+			return low, nil
+		}
+		n := min(2*low, top)
+		ok, err := fits(n)
 		if err != nil {
-			return row, err
+			return low, err
 		}
-		if !ok {
-			break
+		if ok {
+			low = n
+		} else {
+			high = n
 		}
-		if high == top {
-			c := ScaledGPT(top)
-			return row, fmt.Errorf("unbounded: a budget of %s fits even the largest GPT of the tutorial's shape onegpu builds (%d layers × hidden %d, "+
-				"%d parameters; a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), c.Layers, c.Hidden, c.Params())
-		}
-		low, high = high, min(2*high, top)
 	}
 	for high-low > 1 {
 		mid := (low + high) / 2
 		ok, err := fits(mid)
 		if err != nil {
-			return row, err
+			return low, err
 		}
 		if ok {
 			low = mid
@@ -191,7 +205,7 @@ func LargestThatFits(backend backends.Backend, base train.Config, budget int64, 
 			high = mid
 		}
 	}
-	return row, nil // fitting probes only grow, so the row is low's
+	return low, nil
 }
 
 // StateLadder is what SearchState tries, in order, until a configuration fits: Adam on the device
@@ -204,22 +218,10 @@ var StateLadder = []StateOptions{
 	StateTechniques,
 }
 
-// SearchState is Search over the rungs of StateLadder: it returns the candidates of the first
-// rung on which one fits, and that rung; when none fits anywhere, the last rung's (the
-// smallest).
+// SearchState is Search over the rungs of StateLadder (SearchLadder with base's attention and
+// cross-entropy): it returns the candidates of the first rung on which one fits, and that rung;
+// when none fits anywhere, the last rung's (the smallest).
 func SearchState(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool) ([]Candidate, StateOptions, error) {
-	for i, opts := range StateLadder {
-		c, err := opts.Apply(base)
-		if err != nil {
-			return nil, opts, err
-		}
-		rows, err := Search(backend, c, budget, rate, compile)
-		if err != nil {
-			return nil, opts, err
-		}
-		if Fastest(rows) >= 0 || i == len(StateLadder)-1 {
-			return rows, opts, nil
-		}
-	}
-	panic("unreachable: the ladder is not empty")
+	rows, opts, _, err := SearchLadder(backend, base, budget, rate, compile, StateLadder, []Chunking{ChunkingOf(base)})
+	return rows, opts, err
 }

@@ -28,12 +28,16 @@ type Family struct {
 	// WithDropout returns the model with another dropout rate (--dropout); nil for a model without
 	// dropout.
 	WithDropout func(m train.Model, rate float64) train.Model
+	// WithSeq returns the language model trained on sequences of seq tokens (--seq, plan
+	// --longest), or an error naming a length the model cannot take; nil for a model that is not
+	// a language model (no sequence to set, no attention or token loss to chunk).
+	WithSeq func(m train.Model, seq int) (train.Model, error)
 }
 
 var (
 	familiesMu sync.Mutex
 	families   = map[string]Family{
-		"gpt": {Summary: "the tutorial's transformer", Presets: models.PresetNames(), Run: gptRun, WithDropout: gptDropout},
+		"gpt": {Summary: "the tutorial's transformer", Presets: models.PresetNames(), Run: gptRun, WithDropout: gptDropout, WithSeq: gptSeq},
 		"mlp": {Summary: "the tutorial's classifier", Run: mlpRun, WithDropout: mlpDropout},
 	}
 )
@@ -131,6 +135,16 @@ func gptDropout(m train.Model, rate float64) train.Model {
 	g := m.(models.GPT)
 	g.Config.Dropout = rate
 	return g
+}
+
+// gptSeq is the GPT of m with SeqLen seq: its learned positions grow with it.
+func gptSeq(m train.Model, seq int) (train.Model, error) {
+	g := m.(models.GPT)
+	g.Config.SeqLen = seq
+	if err := g.Config.Validate(); err != nil {
+		return m, err
+	}
+	return g, nil
 }
 
 func mlpRun(preset string) (train.Config, error) {
