@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
@@ -12,7 +13,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "run the tutorial's experiment grid (f32/bf16 × remat × micro-batches): memory, FLOPs, step time, ratios",
+		summary: "run the tutorial's experiment grid (f32/bf16 × remat × micro-batches), or plain vs chunked attention and loss: memory, FLOPs, step time, ratios",
 		run:     func(args []string) error { return runBench(args, os.Stdout) },
 	})
 }
@@ -21,27 +22,43 @@ func init() {
 type benchRow = plan.Measured
 
 func runBench(args []string, w io.Writer) error {
-	fs := newFlagSet("bench", "[--preset P] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
+	fs := newFlagSet("bench", "[--preset P] [--grid tutorial|chunking] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 3, "timed steps per configuration (after one that compiles), at least 1")
 	estimateOnly := fs.Bool("estimate-only", false, "only build and analyze each step; run nothing")
 	plotFile := fs.String("plot", "", "write memory and time per configuration to this PNG file (default: no plot)")
 	asJSON := fs.Bool("json", false, "print the grid as one JSON object")
+	grid := fs.String("grid", "tutorial", "the configurations: tutorial (f32/bf16 × remat none, mlp,attn, block × 1 and 4 micro-batches) or chunking "+
+		"(plain and chunked attention × plain and chunked cross-entropy, at the run's policy, remat and micro-batches, with XLA's compile time)")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
-	if s.model != "gpt" {
-		return fmt.Errorf("--model %s: the tutorial's grid varies remat over transformer blocks; bench the gpt", s.model)
+	if family, err := plan.Model(s.model); err != nil || family.WithSeq == nil {
+		return fmt.Errorf("--model %s: the grids vary a transformer's remat and attention; bench a language model (%s)", s.model, languageModels())
 	}
 	set := given(fs)
-	if err := notApplicable(set, "the grid sets compute precision, remat and micro-batches itself", "policy", "remat", "microbatches"); err != nil {
-		return err
+	switch *grid {
+	case "tutorial":
+		if err := notApplicable(set, "the grid sets compute precision, remat and micro-batches itself", "policy", "remat", "microbatches"); err != nil {
+			return err
+		}
+	case "chunking":
+		if err := notApplicable(set, "the grid tries plain and chunked attention and loss itself", "attention", "cross-entropy"); err != nil {
+			return err
+		}
+		if *plotFile != "" {
+			return fmt.Errorf("--plot draws the tutorial's grid; use --grid tutorial, or --json for the chunking grid's figures")
+		}
+	default:
+		return fmt.Errorf("unknown --grid %q: use tutorial or chunking", *grid)
 	}
 	if *steps < 1 {
 		return fmt.Errorf("--steps %d: time at least one step", *steps)
 	}
-	_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
+	if *grid == "tutorial" {
+		_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
+	}
 	if *estimateOnly {
 		if err := notApplicable(set, "--estimate-only runs no steps", "steps"); err != nil {
 			return err
@@ -70,7 +87,12 @@ func runBench(args []string, w io.Writer) error {
 	if *estimateOnly {
 		opts.Steps = 0
 	}
-	rows := plan.Bench(backend, base, opts)
+	var rows []benchRow
+	if *grid == "chunking" {
+		rows = plan.BenchChunkings(backend, base, plan.AllChunkings, opts)
+	} else {
+		rows = plan.Bench(backend, base, opts)
+	}
 	failed := benchFailed(rows)
 	if *plotFile != "" && failed == nil {
 		if err := plotBench(*plotFile, modelTitle(base), rows); err != nil {
@@ -87,7 +109,11 @@ func runBench(args []string, w io.Writer) error {
 		}
 		return failed
 	}
-	writeBenchTable(w, rows, spec.Kind == "xla")
+	if *grid == "chunking" {
+		writeChunkingTable(w, rows, spec.Kind == "xla")
+	} else {
+		writeBenchTable(w, rows, spec.Kind == "xla")
+	}
 	if *plotFile != "" && failed == nil {
 		fmt.Fprintf(w, "plot: %s\n", *plotFile)
 	}
@@ -146,4 +172,52 @@ func measuredHeader(xla bool) string {
 		return "XLA total"
 	}
 	return "measured"
+}
+
+// writeChunkingTable prints a grid of chunkings: memory, compile time and step time per row.
+func writeChunkingTable(w io.Writer, rows []benchRow, xla bool) {
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-10s %-14s | %10s %6s | %10s | %8s | %9s %6s %11s\n", "attention", "cross-entropy",
+		"est. peak", "ratio", measuredHeader(xla), "compile", "step", "ratio", "tokens/s")
+	for _, r := range rows {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%-10s %-14s | error: %s\n", r.Attention, r.CrossEntropy, r.Error)
+			continue
+		}
+		measured, compile := "-", "-"
+		switch {
+		case r.XLA != nil:
+			measured = ograph.FormatBytes(r.XLA.TotalBytes())
+		case r.MeasuredPeakBytes > 0:
+			measured = ograph.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
+		}
+		if r.CompileSeconds > 0 {
+			compile = fmt.Sprintf("%.1fs", r.CompileSeconds)
+		}
+		step, timeRatio, tokens := "-", "-", "-"
+		if r.StepSeconds > 0 {
+			step, timeRatio, tokens = fmt.Sprintf("%.3fs", r.StepSeconds), fmt.Sprintf("%.2fx", r.TimeRatio), fmt.Sprintf("%.0f", r.TokensPerSecond)
+		}
+		fmt.Fprintf(w, "%-10s %-14s | %10s %5.2fx | %10s | %8s | %9s %6s %11s\n", r.Attention, r.CrossEntropy,
+			ograph.FormatBytes(r.PeakBytes), r.PeakRatio, measured, compile, step, timeRatio, tokens)
+	}
+	fmt.Fprintf(w, "\nat %s compute, remat %s, %s; est. peak: the sequential-execution estimate incl. weights and optimizer state;\n",
+		rows[0].Compute, rows[0].Remat, plural(rows[0].MicroBatches, "micro-batch"))
+	if xla {
+		fmt.Fprintf(w, "XLA total: XLA's compiled memory; compile: XLA's compile time of the step (wall clock).\n")
+	} else {
+		fmt.Fprintf(w, "measured: the step's inputs plus the Go heap's peak above them (GOGC=10).\n")
+	}
+	fmt.Fprintf(w, "ratios are to the first row (plain attention and loss), measured in this run.\n")
+}
+
+// languageModels lists the registered models that are language models.
+func languageModels() string {
+	var names []string
+	for _, name := range plan.ModelNames() {
+		if f, _ := plan.Model(name); f.WithSeq != nil {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }

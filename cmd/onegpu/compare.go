@@ -434,5 +434,5 @@ func compareName(s setup, c train.Config) string {
 	if _, ok := c.Model.(train.LanguageModel); !ok {
 		return fmt.Sprintf("%s, %s, batch %d, %s", s.model, c.Policy, c.Batch, plural(c.MicroBatches, "micro-batch"))
 	}
-	return fmt.Sprintf("%s %s, %s, remat %s, %s", s.model, s.preset, c.Policy, c.Remat, plural(c.MicroBatches, "micro-batch"))
+	return fmt.Sprintf("%s %s, %s, remat %s, %s%s", s.model, s.preset, c.Policy, c.Remat, plural(c.MicroBatches, "micro-batch"), chunkingNote(c))
 }

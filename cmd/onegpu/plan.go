@@ -35,10 +35,15 @@ func runPlan(args []string, w io.Writer) error {
 	tflopsBF16 := fs.Float64("tflops-bf16", plan.A5000.BFloat16, "assumed bfloat16 tensor-core throughput in TFLOP/s")
 	asJSON := fs.Bool("json", false, "print the plan as one JSON object")
 	largest := fs.Bool("largest", false, "instead of planning --preset, find the largest GPT of the tutorial's shape (scaled in layers and hidden size) whose step fits the budget, with the tutorial's techniques and with 8-bit Adam + optimizer offload")
+	longest := fs.Bool("longest", false, "instead of planning the preset's sequence, find the longest sequence (in multiples of 128 tokens) whose step fits the budget, "+
+		"with plain and chunked attention and cross-entropy unless --attention/--cross-entropy fix them; one sequence per micro-batch, bf16 compute and remat of whole blocks unless --batch, --microbatches, --policy, --remat say otherwise")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	set := given(fs)
+	if *longest {
+		return planLongest(w, &s, set, *budgetText, *asJSON)
+	}
 	if err := notApplicable(set, "the plan tries every compute precision, remat choice and micro-batch count itself", "policy", "remat", "microbatches"); err != nil {
 		return err
 	}
@@ -70,8 +75,8 @@ func runPlan(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := base.Model.(models.GPT); !ok {
-		return fmt.Errorf("--model %s: plan chooses remat over the tutorial GPT's blocks; plan the gpt", s.model)
+	if _, ok := base.Model.(models.GPT); !ok && (*largest || maxDevices > 1) {
+		return fmt.Errorf("--model %s: plan --largest and --devices size and split the tutorial GPT; plan the gpt", s.model)
 	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
@@ -92,15 +97,21 @@ func runPlan(args []string, w io.Writer) error {
 		return planDevices(w, backend, spec, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, maxDevices, *asJSON)
 	}
 	rate := plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}
-	var rows []plan.Candidate
 	state := plan.StateOptions{Name: "--optimizer " + s.optimizer + " --offload " + s.offload, Optimizer: s.optimizer, Offload: s.offload}
+	states := plan.StateLadder // Adam on the device first, then 8-bit Adam, then the optimizer offloaded
 	if set["optimizer"] || set["offload"] {
-		rows, err = plan.Search(backend, base, budget, rate, spec.Kind == "xla")
-	} else { // Adam on the device first, then 8-bit Adam, then the optimizer offloaded
-		rows, state, err = plan.SearchState(backend, base, budget, rate, spec.Kind == "xla")
+		states = nil // the run's own
 	}
+	chunkings := []plan.Chunking{plan.ChunkingOf(base)}
+	if _, ok := base.Model.(train.LanguageModel); ok && !set["attention"] && !set["cross-entropy"] {
+		chunkings = plan.ChunkingLadder // plain first, then the chunked loss, then chunked attention too
+	}
+	rows, ladderState, chunking, err := plan.SearchLadder(backend, base, budget, rate, spec.Kind == "xla", states, chunkings)
 	if err != nil {
 		return err
+	}
+	if states != nil {
+		state = ladderState
 	}
 	best := plan.Fastest(rows)
 	if *asJSON {
@@ -109,9 +120,10 @@ func runPlan(args []string, w io.Writer) error {
 			Backend     string            `json:"backend"`
 			BudgetBytes int64             `json:"budget_bytes"`
 			State       plan.StateOptions `json:"state_options"`
+			Chunking    plan.Chunking     `json:"chunking"`
 			Best        *plan.Candidate   `json:"best"`
 			Rows        []plan.Candidate  `json:"rows"`
-		}{Config: describe(base), Backend: spec.String(), BudgetBytes: budget, State: state, Rows: rows}
+		}{Config: describe(base), Backend: spec.String(), BudgetBytes: budget, State: state, Chunking: chunking, Rows: rows}
 		if best >= 0 {
 			out.Best = &rows[best]
 		}
@@ -123,7 +135,11 @@ func runPlan(args []string, w io.Writer) error {
 		b := rows[best]
 		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n",
 			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.Memory()), b.Seconds)
-		fmt.Fprintf(w, "optimizer:         %s\n\n", describeState(state))
+		fmt.Fprintf(w, "optimizer:         %s\n", describeState(state))
+		if _, ok := base.Model.(train.LanguageModel); ok {
+			fmt.Fprintf(w, "attention, loss:   %s (%s)\n", chunking, chunking.Flags())
+		}
+		fmt.Fprintln(w)
 	} else {
 		smallest := rows[0]
 		for _, r := range rows {
@@ -131,9 +147,13 @@ func runPlan(args []string, w io.Writer) error {
 				smallest = r
 			}
 		}
+		with := describeState(state)
+		if _, ok := base.Model.(train.LanguageModel); ok {
+			with += " and " + chunking.String()
+		}
 		fmt.Fprintf(w, "nothing fits, even with %s: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
-			"use more micro-batches (--batch must stay divisible), a smaller --preset, or a larger device\n\n",
-			describeState(state), smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
+			"use more micro-batches (--batch must stay divisible), a smaller --preset or --seq, or a larger device\n\n",
+			with, smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
 	fmt.Fprintf(w, "  %-8s %-9s %3s %12s %10s %s\n", "compute", "remat", "k", "memory", "step", "fits")

@@ -32,6 +32,8 @@ type setup struct {
 	learningRate, dropout, weightDecay, clipNorm                  float64
 	devices                                                       int
 	shard, optimizer, offload                                     string
+	attention, crossEntropy                                       string
+	seq                                                           int
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
 	fs                                                            *flag.FlagSet
@@ -58,6 +60,7 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.Var(&s.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend only (repeatable; see onegpu flags -h) (default: none)")
 	fs.IntVar(&s.devices, "devices", 1, "devices of the XLA backend to split each batch across (data parallel, XLA's SPMD partitioner)")
 	fs.StringVar(&s.shard, "shard", "none", "with --devices N: what is split across devices instead of copied: none, optimizer (ZeRO-1) or params (params, gradients and optimizer state: FSDP)")
+	s.registerChunking(fs)
 }
 
 // modelChoices lists the models --model takes, with what each is.
@@ -131,6 +134,9 @@ func (s *setup) config() (train.Config, error) {
 		preset = ""
 	}
 	if c, err = family.Run(preset); err != nil {
+		return c, err
+	}
+	if err := s.applyChunking(&c, family, set); err != nil {
 		return c, err
 	}
 	if set["dropout"] {
@@ -231,8 +237,8 @@ func (s *setup) newBackend() (backends.Backend, ograph.BackendSpec, error) {
 // title is a short description of a config, for plots.
 func title(c train.Config) string {
 	if g, ok := c.Model.(models.GPT); ok {
-		return fmt.Sprintf("GPT %d×%d, compute %s, remat %s, %d micro-batches", g.Config.Layers, g.Config.Hidden,
-			c.Policy.Compute, c.Remat, c.MicroBatches)
+		return fmt.Sprintf("GPT %d×%d, compute %s, remat %s, %d micro-batches%s", g.Config.Layers, g.Config.Hidden,
+			c.Policy.Compute, c.Remat, c.MicroBatches, chunkingNote(c))
 	}
 	return fmt.Sprintf("%s, %s", modelTitle(c), c.Policy)
 }
@@ -261,10 +267,11 @@ func describe(c train.Config) string {
 			plural(c.MicroBatches, "micro-batch"), c.Policy, devices)
 	case models.GPT:
 		g := m.Config
-		return fmt.Sprintf("GPT %d layers × hidden %d (%s params), batch %d×%d tokens in %s, policy %s, remat %s%s",
-			g.Layers, g.Hidden, groupDigits(g.Params()), c.Batch, g.SeqLen, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat, devices)
+		return fmt.Sprintf("GPT %d layers × hidden %d (%s params), batch %d×%d tokens in %s, policy %s, remat %s%s%s",
+			g.Layers, g.Hidden, groupDigits(g.Params()), c.Batch, g.SeqLen, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat, chunkingNote(c), devices)
 	}
-	return fmt.Sprintf("%v, batch %d in %s, policy %s, remat %s%s", c.Model, c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat, devices)
+	return fmt.Sprintf("%v, batch %d in %s, policy %s, remat %s%s%s", c.Model, c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat,
+		chunkingNote(c), devices)
 }
 
 // batchData returns the data a config trains on: for a language model (train.LanguageModel) the
