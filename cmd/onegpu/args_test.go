@@ -112,6 +112,7 @@ func TestBadFlagValues(t *testing.T) {
 		{"train", []string{"--seq", "1073741824"}, "attention scores (micro-batch × heads × SeqLen²) would be 9.22e+18 values"},
 		{"train", []string{"--model", "mlp", "--seq", "512"}, "--seq does not apply: the mlp is not a language model"},
 		{"train", []string{"--model", "mlp", "--attention", "chunked"}, "--attention does not apply: the mlp is not a language model"},
+		{"memory", []string{"--timeline", "/nonexistent/t.png"}, "--timeline /nonexistent/t.png: the folder /nonexistent does not exist"},
 		{"memory", []string{"--microbatches", "0"}, "--microbatches 0"},
 		{"memory", []string{"--residuals"}, "--residuals does not apply"},
 		{"memory", []string{"--lr", "1e-3"}, "--lr does not apply"},

@@ -30,6 +30,7 @@ type memoryOptions struct {
 	asJSON         bool
 	dumpHLO        string
 	residualDetail bool
+	timeline       string
 }
 
 func runMemory(args []string, w io.Writer) error {
@@ -40,6 +41,8 @@ func runMemory(args []string, w io.Writer) error {
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder (default: none)")
 	fs.BoolVar(&o.residualDetail, "residuals", false, "gpt only: list every value the backward pass keeps from each block (default: one line per block)")
+	fs.StringVar(&o.timeline, "timeline", "", "write live memory over the step's schedule to this PNG file, one band per block (forward, the loss, backward, the update), "+
+		"attention and the loss in their own colors (default: no plot)")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -52,9 +55,20 @@ func runMemory(args []string, w io.Writer) error {
 	if err := notApplicable(set, "memory builds the step without running it: no learning rate or seed changes what it allocates", "lr", "seed"); err != nil {
 		return err
 	}
+	if o.timeline != "" {
+		if err := checkOutputFile("timeline", o.timeline); err != nil {
+			return err
+		}
+	}
 	report, err := analyzeMemory(o)
 	if err != nil {
 		return err
+	}
+	if o.timeline != "" {
+		if _, err := plotTimeline(o.timeline, "a train step's memory: "+report.title, report.Timeline, report.steps); err != nil {
+			return err
+		}
+		report.TimelineFile = o.timeline
 	}
 	if o.asJSON {
 		return writeJSON(w, report)
@@ -93,8 +107,15 @@ type memoryReport struct {
 	Devices           *devicesJSON  `json:"devices,omitempty"`
 	// Host is what host memory holds with the optimizer offloaded; the rest of the report is then
 	// the device's step.
-	Host            *hostJSON `json:"host,omitempty"`
-	Timeline        []int64   `json:"-"`
+	Host     *hostJSON `json:"host,omitempty"`
+	Timeline []int64   `json:"-"`
+	// TimelineBlocks are the step's ops grouped into runs of one block (a remat block, its
+	// recomputation, the loss, ...), with each run's peak: the timeline's outline.
+	TimelineBlocks []timelineBlock `json:"timeline_blocks"`
+	// TimelineFile is the plot --timeline wrote.
+	TimelineFile    string `json:"timeline_file,omitempty"`
+	steps           []ograph.Step
+	title           string
 	breakdownByKind [5]int64
 	residualDetail  bool
 }
@@ -153,17 +174,26 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	}
 	defer p.Graph.Finalize()
 	m := ograph.Analyze(p)
-	r := &memoryReport{Optimizer: o.optimizer, Offload: config.Offload.String(),
+	r := &memoryReport{Optimizer: o.optimizer, title: title(config), Offload: config.Offload.String(),
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
-		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline,
+		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline, steps: m.Steps,
+		TimelineBlocks: timelineBlocks(m.Timeline, m.Steps),
 	}
 	if o.stockGradients {
 		r.Gradients = "GoMLX v0.26.0 stock rules"
 	}
 	if m.PeakAt != nil {
 		r.PeakAt = fmt.Sprintf("%s #%d %s", m.PeakAt.Type(), m.PeakAt.Id(), m.PeakAt.Shape())
+		for _, s := range m.Steps {
+			if s.Node == m.PeakAt.Id() {
+				r.PeakAt += " in " + s.Block
+				if s.Section != s.Block {
+					r.PeakAt += " (" + s.Section + ")"
+				}
+			}
+		}
 	}
 	for _, n := range p.Graph.Nodes() {
 		if p.Trainable[n.Id()] {
@@ -286,6 +316,9 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "FLOPs per step  %s (matmuls %.1f%%), %d ops executed\n", humanCount(r.FLOPs),
 		100*float64(r.MatmulFLOPs)/float64(max(r.FLOPs, 1)), r.ExecutedNodes)
 	fmt.Fprintf(w, "memory over the step (%s max): %s\n", ograph.FormatBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+	if r.TimelineFile != "" {
+		fmt.Fprintf(w, "timeline plot:  %s\n", r.TimelineFile)
+	}
 	if x := r.XLA; x != nil {
 		fmt.Fprintf(w, "XLA compiled    %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
 			ograph.FormatBytes(x.TotalBytes), ograph.FormatBytes(x.ArgumentBytes), ograph.FormatBytes(x.OutputBytes), ograph.FormatBytes(x.AliasBytes),
