@@ -13,7 +13,7 @@ import (
 func init() {
 	register(command{
 		name:    "bench",
-		summary: "run the tutorial's experiment grid (f32/bf16 × remat × micro-batches), or plain vs chunked attention and loss: memory, FLOPs, step time, ratios",
+		summary: "run the tutorial's experiment grid (f32/bf16 × remat × micro-batches), or plain vs chunked attention and loss: memory, FLOPs, step time, ratios; or the host's bandwidth and optimizer update rate (--grid host)",
 		run:     func(args []string) error { return runBench(args, os.Stdout) },
 	})
 }
@@ -22,7 +22,7 @@ func init() {
 type benchRow = plan.Measured
 
 func runBench(args []string, w io.Writer) error {
-	fs := newFlagSet("bench", "[--preset P] [--grid tutorial|chunking] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
+	fs := newFlagSet("bench", "[--preset P] [--grid tutorial|chunking|host] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 3, "timed steps per configuration (after one that compiles), at least 1")
@@ -30,8 +30,17 @@ func runBench(args []string, w io.Writer) error {
 	plotFile := fs.String("plot", "", "write memory and time per configuration to this PNG file (default: no plot)")
 	asJSON := fs.Bool("json", false, "print the grid as one JSON object")
 	grid := fs.String("grid", "tutorial", "the configurations: tutorial (f32/bf16 × remat none, mlp,attn, block × 1 and 4 micro-batches) or chunking "+
-		"(plain and chunked attention × plain and chunked cross-entropy, at the run's policy, remat and micro-batches, with XLA's compile time)")
+		"(plain and chunked attention × plain and chunked cross-entropy, at the run's policy, remat and micro-batches, with XLA's compile time) "+
+		"or host (the host's memory bandwidth and the streamed run's host update rate of Adam, 8-bit Adam and Adafactor against it)")
+	hostParams := fs.Int64("host-params", 16<<20, "--grid host: the parameters of the benchmark's matrix (at least 4096; far larger than the caches)")
+	hostBackend := fs.String("host-backend", "", `--grid host: one host backend to measure ("go" or "xla:/abs/path/cpu_plugin.so"; default: the embedded backend and the XLA CPU client of $ONEGPU_HOST_PJRT_PLUGIN or a CPU $ONEGPU_PJRT_PLUGIN)`)
 	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if *grid == "host" {
+		return runHostBench(fs, *steps, *hostParams, *hostBackend, *asJSON, w)
+	}
+	if err := notApplicable(given(fs), "it sizes --grid host's measurement", "host-params", "host-backend"); err != nil {
 		return err
 	}
 	if family, err := plan.Model(s.model); err != nil || family.WithSeq == nil {
@@ -51,7 +60,7 @@ func runBench(args []string, w io.Writer) error {
 			return fmt.Errorf("--plot draws the tutorial's grid; use --grid tutorial, or --json for the chunking grid's figures")
 		}
 	default:
-		return fmt.Errorf("unknown --grid %q: use tutorial or chunking", *grid)
+		return fmt.Errorf("unknown --grid %q: use tutorial, chunking or host", *grid)
 	}
 	if *steps < 1 {
 		return fmt.Errorf("--steps %d: time at least one step", *steps)
