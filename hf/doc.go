@@ -13,7 +13,7 @@
 // float32 or bfloat16, sharded above 5 GB, which transformers loads unchanged.
 //
 //	config, err := hf.Load(ctx, "TinyLlama-1.1B", dtypes.Float32)
-//	llama, err := models.NewLlama(config, policy)
+//	llama, err := models.NewLlama(config)
 //	// ctx.Reuse(): every variable the model reads must be one the checkpoint gave.
 //	logits := llama.Logits(ctx.Reuse(), tokens)
 //	...

@@ -16,7 +16,6 @@ import (
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/hf/safetensors"
 	"github.com/onegpu/onegpu/internal/testkit"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -58,7 +57,7 @@ func readReference(t *testing.T, fixture string) reference {
 // fresh random weight.
 func llamaLogits(t *testing.T, backend backends.Backend, ctx *context.Context, c models.LlamaConfig, ref reference) float64 {
 	t.Helper()
-	m, err := models.NewLlama(c, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.Float32, Output: dtypes.Float32})
+	m, err := models.NewLlama(c) // float32 throughout: the policy when none is set
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func BenchmarkLlamaLongSequence(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := models.NewLlama(config, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
+	m, err := models.NewLlama(config)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,10 +70,11 @@ func BenchmarkLlamaLongSequence(b *testing.B) {
 				for b.Loop() {
 					in := []shapes.Shape{shapes.Make(dtypes.Int32, 1, seq), shapes.Make(dtypes.Int32, 1, seq)}
 					p, err := ograph.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+						mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
 						remat.SetBlocks(ctx, remat.Config{}, "block")
 						layers.SetAttention(ctx, attention)
 						layers.SetCrossEntropy(ctx, loss)
-						sum, count := m.Loss(ctx, in[0], in[1], nil)
+						sum, count := m.CrossEntropy(ctx, in[0], in[1], nil)
 						mean := graph.Div(sum, count)
 						var wrt []*graph.Node
 						for v := range ctx.IterVariables() {

@@ -19,7 +19,7 @@ import (
 
 // lossModel is what the chunked tests need of a model: its loss.
 type lossModel interface {
-	Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node)
+	CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node)
 }
 
 // lossAndGradients runs m's loss on tokens, labels and mask with ctx's settings and returns the
@@ -29,7 +29,7 @@ func lossAndGradients(t *testing.T, backend backends.Backend, ctx *context.Conte
 	t.Helper()
 	var names []string
 	exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, tokens, labels, mask *graph.Node) []*graph.Node {
-		s, c := m.Loss(ctx, tokens, labels, graph.GreaterThan(mask, graph.ScalarZero(mask.Graph(), mask.DType())))
+		s, c := m.CrossEntropy(ctx, tokens, labels, graph.GreaterThan(mask, graph.ScalarZero(mask.Graph(), mask.DType())))
 		var wrt []*graph.Node
 		names = names[:0]
 		for v := range ctx.IterVariables() {
@@ -105,7 +105,7 @@ func TestLlamaChunkedMatchesPlain(t *testing.T) {
 			t.Fatal(err)
 		}
 		config.TiedEmbeddings = tied
-		m, err := models.NewLlama(config, mixed.Float32)
+		m, err := models.NewLlama(config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestGPTChunkedAttentionMatchesPlain(t *testing.T) {
 // tests compare); the GPT's own Loss (train.Model's) counts every label.
 type maskedGPT struct{ models.GPT }
 
-func (m maskedGPT) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
+func (m maskedGPT) CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
 	return mixed.SoftmaxCrossEntropySum(m.Logits(ctx, tokens), labels, mask)
 }
 
@@ -204,7 +204,7 @@ func TestGPTChunkedLossMatchesPlain(t *testing.T) {
 // not read).
 type trainLossGPT struct{ models.GPT }
 
-func (m trainLossGPT) Loss(ctx *context.Context, tokens, labels, _ *graph.Node) (sum, count *graph.Node) {
+func (m trainLossGPT) CrossEntropy(ctx *context.Context, tokens, labels, _ *graph.Node) (sum, count *graph.Node) {
 	loss, _ := m.GPT.Loss(ctx, []*graph.Node{tokens, labels})
 	return loss.Sum, loss.Count
 }

@@ -16,9 +16,9 @@
 //	remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "mlp", "attn")
 //	logits := gpt.Logits(ctx, tokens) // [batch, length, vocab] float32
 //
-//	llama, _ := models.NewLlama(models.LlamaPresets["llama-3.2-1b"], policy) // 1,235,814,400 parameters
+//	llama, _ := models.NewLlama(models.LlamaPresets["llama-3.2-1b"]) // 1,235,814,400 parameters
 //	remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "block")         // rematerialize each layer
-//	sum, count := llama.Loss(ctx, tokens, labels, nil)                        // summed cross-entropy
+//	sum, count := llama.CrossEntropy(ctx, tokens, labels, nil)                        // summed cross-entropy
 //
 // Adding a model is one file here (its config, presets and a type with the three methods of
 // train.Model) and one registration in plan (plan.Register) for `onegpu --model`.

@@ -54,7 +54,7 @@ func presetForwards(t *testing.T, policy string) map[string]struct {
 	if err != nil {
 		t.Fatal(err)
 	}
-	llama, err := models.NewLlama(models.LlamaPresets["tiny"], p)
+	llama, err := models.NewLlama(models.LlamaPresets["tiny"])
 	if err != nil {
 		t.Fatal(err)
 	}

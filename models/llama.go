@@ -26,28 +26,28 @@ import (
 //
 // Its blocks are remat.Block kinds: "attn" (RMSNorm and attention), "mlp" (RMSNorm and SwiGLU) and
 // "block" (a whole layer), rematerialized when remat.SetBlocks names them on the context.
+//
+// Like every model the trainer trains (train.Model, train.LanguageModel; see llama_train.go), it
+// holds its shape only: its layers follow the precision policy (mixed.SetPolicy), the attention
+// core (layers.SetAttention) and the loss (layers.SetCrossEntropy) set on the context, which the
+// trainer sets from the run description.
 type Llama struct {
 	Config LlamaConfig
-	Policy mixed.Policy
 	// SoftmaxDType is the attention softmax's dtype; float32 when unset.
 	SoftmaxDType dtypes.DType
-	// Attention computes attention from projected, rotated heads (see layers.PlainAttention for
-	// the contract); layers.PlainAttention when nil.
-	Attention func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node
 }
 
-// NewLlama returns the Llama of config with policy, a float32 softmax and plain attention, or an
-// error naming what cannot work.
-func NewLlama(config LlamaConfig, policy mixed.Policy) (Llama, error) {
+// NewLlama returns the Llama of config with a float32 softmax, or an error naming what cannot
+// work.
+func NewLlama(config LlamaConfig) (Llama, error) {
 	if err := config.Validate(); err != nil {
 		return Llama{}, err
 	}
-	return Llama{Config: config, Policy: policy, SoftmaxDType: dtypes.Float32}, nil
+	return Llama{Config: config, SoftmaxDType: dtypes.Float32}, nil
 }
 
 // Logits maps tokens [batch, length] (integers, length <= MaxPositions) to logits [batch, length,
-// Vocab] in the policy's output dtype. It sets m.Policy on ctx's scope (mixed.SetPolicy) for its
-// layers.
+// Vocab] in the output dtype of the policy on ctx's scope or above (mixed.PolicyOf).
 func (m Llama) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	return m.Head(ctx, m.Hidden(ctx, tokens))
 }
@@ -63,7 +63,6 @@ func (m Llama) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	if length := tokens.Shape().Dim(1); length > c.MaxPositions {
 		panic(fmt.Sprintf("models.Llama: sequences of %d tokens exceed the model's %d positions (LlamaConfig.MaxPositions)", length, c.MaxPositions))
 	}
-	mixed.SetPolicy(ctx, m.Policy) // the layers read it from ctx's scope
 	model := ctx.In("model")
 	x := layers.Note(model.In("embed_tokens"), "Embed", layers.Lookup(model, m.embeddings(ctx, tokens.Graph()), tokens))
 	for i := range c.Layers {
@@ -75,14 +74,13 @@ func (m Llama) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
 // Head maps hidden states [..., Hidden] (Hidden's output) to logits [..., Vocab] in the policy's
 // output dtype: "lm_head", or the embedding table when the embeddings are tied.
 func (m Llama) Head(ctx *context.Context, hidden *graph.Node) *graph.Node {
-	mixed.SetPolicy(ctx, m.Policy)
 	var logits *graph.Node
 	if m.Config.TiedEmbeddings {
 		logits = layers.LinearWith(ctx, hidden, m.embeddings(ctx, hidden.Graph()))
 	} else {
 		logits = layers.Linear(ctx.In("lm_head"), hidden, m.Config.Vocab)
 	}
-	return layers.Note(ctx, "logits", m.Policy.CastToOutput(logits))
+	return layers.Note(ctx, "logits", mixed.PolicyOf(ctx).CastToOutput(logits))
 }
 
 // embeddings returns the token embedding table [Vocab, Hidden] ("model/embed_tokens/weight",
@@ -93,7 +91,7 @@ func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
 	if v := scope.GetVariableByScopeAndName(scope.Scope(), "weight"); v != nil {
 		return v.ValueGraph(g)
 	}
-	return layers.NormalVariable(scope, "weight", shapes.Make(m.Policy.Param, m.Config.Vocab, m.Config.Hidden), layers.InitializerRange).ValueGraph(g)
+	return layers.NormalVariable(scope, "weight", shapes.Make(mixed.PolicyOf(ctx).Param, m.Config.Vocab, m.Config.Hidden), layers.InitializerRange).ValueGraph(g)
 }
 
 // layer is one decoder layer: x + attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)), as the
@@ -102,7 +100,7 @@ func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
 func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
 	c := m.Config
 	attention := c.Attention()
-	attention.SoftmaxDType, attention.Core = m.SoftmaxDType, m.Attention
+	attention.SoftmaxDType = m.SoftmaxDType // the core is the context's (layers.AttentionOf)
 	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.RMSNorm(ctx.In("input_layernorm"), in[0], c.NormEpsilon)
 		return []*graph.Node{layers.Note(ctx, "attention branch", layers.GroupedQueryAttention(ctx.In("self_attn"), h, attention))}
@@ -118,12 +116,13 @@ func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
 	return remat.Block(ctx, "block", whole, x)[0]
 }
 
-// Loss returns the summed cross-entropy of predicting labels [batch, length] from tokens and the
-// number of labels counted (all of them, or those where mask is true), as float32 scalars, so that
-// callers form exact means across micro-batches. With a chunked layers.CrossEntropy set on ctx
-// (layers.SetCrossEntropy) the output layer and the loss run a chunk of tokens at a time
-// (layers.ChunkedCrossEntropySum): no [tokens, Vocab] logits exist at once.
-func (m Llama) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
+// CrossEntropy returns the summed cross-entropy of predicting labels [batch, length] from tokens
+// and the number of labels counted (all of them, or those where mask is true), as float32 scalars,
+// so that callers form exact means across micro-batches (Loss is this without a mask, with the
+// accuracy). With a chunked layers.CrossEntropy set on ctx (layers.SetCrossEntropy) the output
+// layer and the loss run a chunk of tokens at a time (layers.ChunkedCrossEntropySum): no [tokens,
+// Vocab] logits exist at once.
+func (m Llama) CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
 	hidden := m.Hidden(ctx, tokens)
 	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
 	if chunk := layers.CrossEntropyOf(ctx).Chunk; chunk > 0 {
@@ -136,7 +135,6 @@ func (m Llama) Loss(ctx *context.Context, tokens, labels, mask *graph.Node) (sum
 // headWeight is the output layer's weight [Vocab, Hidden]: the embedding table when the embeddings
 // are tied, "lm_head" otherwise.
 func (m Llama) headWeight(ctx *context.Context, g *graph.Graph) *graph.Node {
-	mixed.SetPolicy(ctx, m.Policy)
 	if m.Config.TiedEmbeddings {
 		return m.embeddings(ctx, g)
 	}

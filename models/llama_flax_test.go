@@ -15,7 +15,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/internal/testkit"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -72,7 +71,7 @@ func TestLlamaMatchesFlax(t *testing.T) {
 		readJSON(t, filepath.Join(dir, name, "result.json"), &result)
 		tokens := readInt32s(t, filepath.Join(dir, name, "tokens.bin"))
 		labels := readInt32s(t, filepath.Join(dir, name, "labels.bin"))
-		m, err := models.NewLlama(c, mixed.Float32)
+		m, err := models.NewLlama(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +84,7 @@ func TestLlamaMatchesFlax(t *testing.T) {
 			ctx = ctx.Reuse() // the model must find every variable among Flax's parameters
 			var names []string
 			exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
-				sum, count := m.Loss(ctx, tokens, labels, nil)
+				sum, count := m.CrossEntropy(ctx, tokens, labels, nil)
 				loss := graph.Div(sum, count)
 				var wrt []*graph.Node
 				for v := range ctx.IterVariables() {

@@ -44,7 +44,7 @@ func TestLlamaPresetParameterCounts(t *testing.T) {
 		if want != 0 && config.Params() != want {
 			t.Errorf("%s: LlamaConfig.Params() = %d, want %d", name, config.Params(), want)
 		}
-		m, err := models.NewLlama(config, mixed.Float32)
+		m, err := models.NewLlama(config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +99,11 @@ func TestLlamaMatchesPlainFloat64(t *testing.T) {
 			Inputs:  []testkit.Input{tokens},
 			Perturb: 0.3, // norms away from ones, projections well above their 0.02 init
 			Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
-				m, err := models.NewLlama(config, mixed.Policy{Param: dtypes.Float64, Compute: compute, Output: dtypes.Float64})
+				m, err := models.NewLlama(config)
 				if err != nil {
 					panic(err)
 				}
+				mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float64, Compute: compute, Output: dtypes.Float64})
 				m.SoftmaxDType = compute
 				return m.Logits(ctx, in[0])
 			},
@@ -122,12 +123,13 @@ func TestLlamaMatchesPlainFloat64(t *testing.T) {
 
 // llamaStep builds the loss of the Llama on tokens (labels: the tokens shifted by one) and the
 // gradients of every parameter, with the remat kinds given.
-func llamaStep(m models.Llama, kinds []string) func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+func llamaStep(m models.Llama, policy mixed.Policy, kinds []string) func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		mixed.SetPolicy(ctx, policy)
 		if len(kinds) > 0 {
 			remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), kinds...)
 		}
-		sum, count := m.Loss(ctx, in[0], in[1], nil)
+		sum, count := m.CrossEntropy(ctx, in[0], in[1], nil)
 		loss := graph.Div(sum, count)
 		var wrt []*graph.Node
 		for v := range ctx.IterVariables() {
@@ -141,13 +143,13 @@ func llamaStep(m models.Llama, kinds []string) func(ctx *context.Context, in []*
 
 // runLlamaStep runs llamaStep on backend from the weights seed gives, and returns the loss and the
 // gradients (flattened, in variable order).
-func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, kinds []string, tokens, labels testkit.Input) (float64, [][]float64) {
+func runLlamaStep(t *testing.T, backend backends.Backend, m models.Llama, policy mixed.Policy, kinds []string, tokens, labels testkit.Input) (float64, [][]float64) {
 	t.Helper()
 	ctx := context.New()
 	if err := ctx.SetRNGStateFromSeed(3); err != nil {
 		t.Fatal(err)
 	}
-	exec, err := context.NewExec(backend, ctx, llamaStep(m, kinds))
+	exec, err := context.NewExec(backend, ctx, llamaStep(m, policy, kinds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +173,9 @@ func TestLlamaBFloat16(t *testing.T) {
 	tokens, labels := randomTokens(1, config.Vocab, 4, config.SeqLen), randomTokens(2, config.Vocab, 4, config.SeqLen)
 	bf16 := mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}
 	for _, backend := range testkit.All() {
-		m32, _ := models.NewLlama(config, mixed.Float32)
-		m16, _ := models.NewLlama(config, bf16)
-		loss32, grads32 := runLlamaStep(t, backend, m32, nil, tokens, labels)
-		loss16, grads16 := runLlamaStep(t, backend, m16, nil, tokens, labels)
+		m, _ := models.NewLlama(config)
+		loss32, grads32 := runLlamaStep(t, backend, m, mixed.Float32, nil, tokens, labels)
+		loss16, grads16 := runLlamaStep(t, backend, m, bf16, nil, tokens, labels)
 		worst := 0.0
 		for i := range grads32 {
 			worst = max(worst, testkit.RelL2(grads16[i], grads32[i]))
@@ -187,8 +188,9 @@ func TestLlamaBFloat16(t *testing.T) {
 			t.Errorf("%s: a bfloat16 gradient differs from float32's by %.3g (relative L2)", backend.Name(), worst)
 		}
 	}
-	m, _ := models.NewLlama(config, bf16)
+	m, _ := models.NewLlama(config)
 	s, err := layers.Summarize(testkit.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+		mixed.SetPolicy(ctx, bf16)
 		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 2, config.SeqLen)))
 	})
 	if err != nil {
@@ -219,7 +221,7 @@ func TestLlamaRematKinds(t *testing.T) {
 	config.Layers = 4
 	const batch = 8
 	tokens, labels := randomTokens(1, config.Vocab, batch, config.SeqLen), randomTokens(2, config.Vocab, batch, config.SeqLen)
-	m, _ := models.NewLlama(config, mixed.Float32)
+	m, _ := models.NewLlama(config)
 	kinds := [][]string{nil, {"attn"}, {"mlp"}, {"attn", "mlp"}, {"block"}}
 	inputs := []shapes.Shape{shapes.Make(dtypes.Int32, batch, config.SeqLen), shapes.Make(dtypes.Int32, batch, config.SeqLen)}
 	activations := map[string]int64{}
@@ -230,13 +232,13 @@ func TestLlamaRematKinds(t *testing.T) {
 		if name == "" {
 			name = "none"
 		}
-		p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "llama", inputs, llamaStep(m, k))
+		p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
 		if err != nil {
 			t.Fatal(err)
 		}
 		activations[name] = ograph.Analyze(p).Breakdown[ograph.Activations]
 		p.Graph.Finalize()
-		loss, grads := runLlamaStep(t, testkit.Embedded(), m, k, tokens, labels)
+		loss, grads := runLlamaStep(t, testkit.Embedded(), m, mixed.Float32, k, tokens, labels)
 		if k == nil {
 			loss0, grads0 = loss, grads
 			continue
@@ -260,7 +262,7 @@ func TestLlamaRematKinds(t *testing.T) {
 	}
 	temporaries := map[string]int64{}
 	for _, k := range [][]string{nil, {"block"}} {
-		p, err := ograph.ContextProgram(xla, context.New(), "llama", inputs, llamaStep(m, k))
+		p, err := ograph.ContextProgram(xla, context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +320,7 @@ func TestLlamaMicroBatchesOnXLA(t *testing.T) {
 	}
 	config := models.LlamaConfig{Vocab: 2048, Hidden: 512, Intermediate: 1536, Layers: 2, Heads: 8, KVHeads: 4, HeadDim: 64,
 		SeqLen: 256, MaxPositions: 256, RopeTheta: 10000, NormEpsilon: 1e-5}
-	m, err := models.NewLlama(config, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
+	m, err := models.NewLlama(config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,9 +329,10 @@ func TestLlamaMicroBatchesOnXLA(t *testing.T) {
 	for _, k := range []int{1, 4} {
 		in := []shapes.Shape{shapes.Make(dtypes.Int32, batch, config.SeqLen), shapes.Make(dtypes.Int32, batch, config.SeqLen)}
 		p, err := ograph.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
 			remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "attn", "mlp")
 			r := accum.Gradients(ctx, k, in, func(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-				sum, count := m.Loss(ctx, batch[0], batch[1], nil)
+				sum, count := m.CrossEntropy(ctx, batch[0], batch[1], nil)
 				return accum.Mean{Sum: sum, Count: count}, nil
 			})
 			return append([]*graph.Node{r.Loss}, r.Gradients...)

@@ -36,7 +36,11 @@ func TestDefaults(t *testing.T) {
 	if mlp.Batch != 512 || mlp.MicroBatches != 1 || mlp.Schedule.At(0) != 1e-3 || mlp.Schedule.At(100) != 1e-3 || mlp.Validate() != nil {
 		t.Errorf("mlp defaults %+v", mlp)
 	}
-	if _, err := plan.Defaults("resnet", ""); err == nil || !strings.Contains(err.Error(), "the models are gpt, mlp") {
+	llama, err := plan.Defaults("llama", "llama-3.2-1b")
+	if err != nil || llama.Model.(train.LanguageModel) == nil || llama.Remat.String() != "block" || llama.Batch != 4 || llama.Validate() != nil {
+		t.Errorf("llama-3.2-1b defaults %+v, %v: want remat block, a batch of 4", llama, err)
+	}
+	if _, err := plan.Defaults("resnet", ""); err == nil || !strings.Contains(err.Error(), "the models are gpt, llama, mlp") {
 		t.Errorf("unknown model: %v", err)
 	}
 	if _, err := plan.Defaults("gpt", "huge"); err == nil || !strings.Contains(err.Error(), "tiny") {

@@ -34,7 +34,7 @@ type memoryOptions struct {
 }
 
 func runMemory(args []string, w io.Writer) error {
-	fs := newFlagSet("memory", "[--model mlp|gpt] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--stock-gradients] [--backend SPEC] [--dump-hlo DIR] [--json]")
+	fs := newFlagSet("memory", "[--model mlp|gpt|llama] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--stock-gradients] [--backend SPEC] [--dump-hlo DIR] [--json]")
 	var o memoryOptions
 	o.setup.register(fs, "mlp", "tutorial")
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")

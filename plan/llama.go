@@ -1,0 +1,51 @@
+package plan
+
+import (
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/train"
+)
+
+func init() {
+	Register("llama", Family{Summary: "a Llama-class decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)",
+		Presets: models.LlamaPresetNames(), Run: llamaRun, WithSeq: llamaSeq})
+}
+
+// llamaRuns are the runs the Llama presets train with by default, on top of LanguageRun: the tiny
+// preset the tiny GPT's (16 sequences in 4 micro-batches, peak 3e-3, remat of MLP and attention);
+// the published shapes one sequence of 2048 tokens per micro-batch, 4 per batch, remat of whole
+// layers (what fits a 24 GiB card with Llama-3.2-1B's 128,256-token logits) at a peak of 3e-4.
+var llamaRuns = map[string]struct {
+	batch, microBatches int
+	peak                float64
+	remat               []string
+}{
+	"tiny":           {16, 4, 3e-3, []string{models.KindMLP, models.KindAttention}},
+	"tinyllama-1.1b": {4, 4, 3e-4, []string{models.KindBlock}},
+	"llama-3.2-1b":   {4, 4, 3e-4, []string{models.KindBlock}},
+	"llama-3.1-8b":   {4, 4, 3e-4, []string{models.KindBlock}},
+}
+
+func llamaRun(preset string) (train.Config, error) {
+	c, err := models.LlamaPreset(preset)
+	if err != nil {
+		return train.Config{}, err
+	}
+	m, err := models.NewLlama(c)
+	if err != nil {
+		return train.Config{}, err
+	}
+	run := LanguageRun(m)
+	if r, ok := llamaRuns[preset]; ok {
+		run.Batch, run.MicroBatches, run.Schedule = r.batch, r.microBatches, TutorialSchedule(r.peak)
+		run.Remat = train.Remat{Kinds: r.remat}
+	}
+	return run, nil
+}
+
+func llamaSeq(m train.Model, seq int) (train.Model, error) {
+	l, err := m.(models.Llama).WithSeq(seq)
+	if err != nil {
+		return m, err
+	}
+	return l, nil
+}
