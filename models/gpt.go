@@ -9,7 +9,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -61,25 +60,14 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 
 // Hidden returns the final hidden states [batch, length, Hidden] for tokens (after the final
 // LayerNorm, in the compute dtype): Logits without the output layer, for a loss that applies the
-// output layer itself, a chunk of tokens at a time.
+// output layer itself, a chunk of tokens at a time. It runs the embedding and the blocks as the
+// stages of a streamed run do (gpt_stages.go).
 func (m GPT) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
-	c, p := m.Config, mixed.PolicyOf(ctx)
-	if tokens.Rank() != 2 || !tokens.DType().IsInt() {
-		panic(fmt.Sprintf("models.GPT: tokens must be integers [batch, length], got %s", tokens.Shape()))
+	x := m.embed(ctx, tokens)
+	for layer := range m.Config.Layers {
+		x = m.block(ctx.In(m.BlockScope(layer)), x)
 	}
-	length := tokens.Shape().Dim(1)
-	if length > c.SeqLen {
-		panic(fmt.Sprintf("models.GPT: sequences of %d tokens exceed the %d learned positions (GPTConfig.SeqLen)", length, c.SeqLen))
-	}
-	g := tokens.Graph()
-	x := layers.Embed(ctx.In("embed"), tokens, c.Vocab, c.Hidden)
-	positions := layers.NormalVariable(ctx, "pos_emb", shapes.Make(p.Param, c.SeqLen, c.Hidden), 0.02).ValueGraph(g)
-	positions = graph.SliceAxis(p.CastToCompute(positions), 0, graph.AxisRange(0, length))
-	x = graph.Add(x, graph.InsertAxes(positions, 0))
-	for layer := range c.Layers {
-		x = m.block(ctx.In(fmt.Sprintf("block_%d", layer)), x)
-	}
-	return layers.LayerNorm(ctx.In("post_norm"), x)
+	return m.postNorm(ctx, x)
 }
 
 // Head is the output layer ("output_layer", a Dense of Vocab features): the logits of hidden
@@ -139,15 +127,11 @@ func (m GPT) InputShapes(batch int) []shapes.Shape {
 // train.Config.CrossEntropy) the output layer, the loss and the accuracy run a chunk of tokens at
 // a time (layers.ChunkedCrossEntropyAccuracy): no [tokens, Vocab] logits exist at once.
 func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	hidden := m.Hidden(ctx, batch[0])
-	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
-	chunk := layers.CrossEntropyOf(ctx).Chunk
-	if chunk == 0 {
-		return classification(m.Head(ctx, hidden), batch[1])
+	x := m.EmbedStage(ctx, batch)
+	for layer := range m.Blocks() {
+		x = m.BlockStage(ctx.In(m.BlockScope(layer)), x)
 	}
-	head := layers.DenseProjection(ctx.In("output_layer"), hidden.Graph(), m.Config.Hidden, m.Config.Vocab)
-	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, head, batch[1], nil, chunk)
-	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
+	return m.HeadStage(ctx, x, batch)
 }
 
 // MetricNames is "accuracy".

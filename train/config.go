@@ -58,7 +58,9 @@ type Config struct {
 	// loss scale's unscaling: optim.ClipByGlobalNorm); 0 does not clip.
 	ClipNorm float64
 	// Offload says where the optimizer's state lives: on the device with the step (OffloadNone,
-	// the default) or in host memory, updated there (OffloadOptimizer).
+	// the default), in host memory, updated there (OffloadOptimizer), or, with the master weights
+	// too, in host memory with the weights streamed to the device a block at a time
+	// (OffloadParams).
 	Offload Offload
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
 	Devices Devices
@@ -100,9 +102,14 @@ const (
 	// backend, and the device computes the loss and the gradients only (ZeRO-Offload's split; see
 	// Trainer.OffloadStats). One device only.
 	OffloadOptimizer
+	// OffloadParams keeps the float32 master weights, the gradients and the optimizer's state in
+	// host memory and streams the model through the device a stage at a time (executor_stream.go):
+	// the device holds one stage's weights, its gradients and the kept stage inputs, not the
+	// model. The model must be Staged (models.GPT, models.Llama); one device only.
+	OffloadParams
 )
 
-var offloadNames = []string{"none", "optimizer"}
+var offloadNames = []string{"none", "optimizer", "params"}
 
 // String is the mode as --offload spells it.
 func (o Offload) String() string {
@@ -112,7 +119,7 @@ func (o Offload) String() string {
 	return offloadNames[o]
 }
 
-// ParseOffload reads "none" (or "") or "optimizer".
+// ParseOffload reads "none" (or ""), "optimizer" or "params".
 func ParseOffload(s string) (Offload, error) {
 	if s == "" {
 		return OffloadNone, nil
@@ -253,6 +260,8 @@ func (c Config) checkOffload() error {
 				"or keep the state on the devices and split it with --shard optimizer", c.Devices.Count)
 		}
 		return nil
+	case OffloadParams:
+		return c.checkStreamed()
 	}
 	return fmt.Errorf("unknown offload mode %d: use %s", int(c.Offload), strings.Join(offloadNames, " or "))
 }

@@ -14,7 +14,10 @@ import (
 //   - spmdExecutor (executor_spmd.go): Config.Devices.Count > 1 devices, the batch split along
 //     axis 0 and the state replicated or sharded by XLA's SPMD partitioner;
 //   - offloadExecutor (executor_offload.go): Config.Offload OffloadOptimizer, the loss and gradients
-//     on the device, the optimizer's state and update in host memory.
+//     on the device, the optimizer's state and update in host memory;
+//   - streamExecutor (executor_stream.go): Config.Offload OffloadParams, the master weights and
+//     the optimizer's state in host memory, the model streamed through the device a stage at a
+//     time.
 //
 // Each builds its programs from the trainer's step functions (StepFn, and for a split step
 // deviceGradientsFn and hostUpdateFn), compiles them on its first run and keeps the training state
@@ -40,6 +43,8 @@ func newExecutor(t *Trainer) executor {
 	switch {
 	case t.Config.Offload == OffloadOptimizer:
 		return &offloadExecutor{t: t}
+	case t.Config.Offload == OffloadParams:
+		return &streamExecutor{t: t}
 	case t.Config.Devices.Distributed():
 		return &spmdExecutor{t: t}
 	}

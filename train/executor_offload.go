@@ -71,16 +71,23 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 func (t *Trainer) hostUpdateFn(trainable []*context.Variable) accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
-		loss, count, grads := inputs[0], inputs[1], inputs[2:]
-		g := loss.Graph()
-		for _, v := range trainable {
-			v.ValueGraph(g) // in use, so that ApplyGradients pairs them with grads in this order
-		}
-		optim.ApplySchedule(ctx, g, t.Config.Schedule)
-		chain.ApplyGradients(ctx, g, grads, count, loss.DType())
-		finite := optim.Finite(ctx, g)
-		return []*graph.Node{finite, movingAverage(ctx, g, loss, finite)}
+		return t.hostApply(ctx, chain, trainable, inputs[0], inputs[1], inputs[2:])
 	}
+}
+
+// hostApply is the host's update of trainable with their gradients grads (in their order): the
+// schedule, the chain (loss-scale check, clipping, the optimizer) and the moving-average loss. It
+// returns the step's finite flag and the moving-average loss. The optimizer offload and the
+// streamed step (executor_stream.go) share it.
+func (t *Trainer) hostApply(ctx *context.Context, chain *optim.Chain, trainable []*context.Variable, loss, count *graph.Node, grads []*graph.Node) []*graph.Node {
+	g := loss.Graph()
+	for _, v := range trainable {
+		v.ValueGraph(g) // in use, so that ApplyGradients pairs them with grads in this order
+	}
+	optim.ApplySchedule(ctx, g, t.Config.Schedule)
+	chain.ApplyGradients(ctx, g, grads, count, loss.DType())
+	finite := optim.Finite(ctx, g)
+	return []*graph.Node{finite, movingAverage(ctx, g, loss, finite)}
 }
 
 // HostUpdateProgram builds, for analysis, the offloaded update on backend (the embedded one,

@@ -1,0 +1,353 @@
+package train
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// streamPass is one streamed step's state: the micro-batches and the kept stage inputs on the
+// device, the running random state, the loss's sums and the gradients brought to the host.
+type streamPass struct {
+	s *streamExecutor
+	k int
+	// mbs are the micro-batches on the device; xs[i][m] the input of block i (xs[n] the head's) for
+	// micro-batch m; dxs[m] the cotangent flowing back.
+	mbs      [][]*tensors.Tensor
+	xs       [][]*tensors.Tensor
+	dxs      []*tensors.Tensor
+	rng      *tensors.Tensor            // the running random state (local), nil without one
+	rngAt    map[[2]int]*tensors.Tensor // the state each stage instance's forward call started from
+	lossSum  float32
+	count    float32
+	metrics  [][2]float32                          // sum and count of each metric
+	grads    map[*context.Variable]*tensors.Tensor // gradient sums on the host
+	stats    OffloadStats
+	ran      *graph.Graph
+	transfer time.Duration
+}
+
+// forward splits the batch into micro-batches, sends them to the device and runs them through
+// the embedding and every block, a stage at a time, keeping each stage's inputs.
+func (p *streamPass) forward(batch []*tensors.Tensor) error {
+	s, device := p.s, p.s.t.Backend
+	p.rngAt = map[[2]int]*tensors.Tensor{}
+	if v := s.rngVar(); v != nil && v.HasValue() {
+		value, err := v.Value()
+		if err != nil {
+			return err
+		}
+		if p.rng, err = value.LocalClone(); err != nil {
+			return err
+		}
+	}
+	p.mbs = make([][]*tensors.Tensor, p.k)
+	for j, b := range batch {
+		parts, err := splitRows(b, p.k)
+		if err != nil {
+			return err
+		}
+		for m, part := range parts {
+			onDevice, err := part.OnDeviceClone(device, 0)
+			if err != nil {
+				return fmt.Errorf("sending micro-batch %d to the device: %w", m, err)
+			}
+			p.stats.BytesToDevice += int64(onDevice.Memory())
+			if j == 0 {
+				p.mbs[m] = make([]*tensors.Tensor, len(batch))
+			}
+			p.mbs[m][j] = onDevice
+		}
+	}
+	n := s.model.Blocks()
+	p.xs = make([][]*tensors.Tensor, n+1)
+	for i := range p.xs {
+		p.xs[i] = make([]*tensors.Tensor, p.k)
+	}
+	if err := p.bind(s.embed, s.embedVars); err != nil {
+		return err
+	}
+	for m := range p.k {
+		outs, err := p.call(s.embed, s.embed.fwd, 0, m, false, p.mbs[m]...)
+		if err != nil {
+			return err
+		}
+		p.xs[0][m] = outs[0]
+	}
+	s.unbind(s.embed)
+	for i := range n {
+		if err := p.bind(s.block, s.blockVars[i]); err != nil {
+			return err
+		}
+		for m := range p.k {
+			outs, err := p.call(s.block, s.block.fwd, i+1, m, false, p.xs[i][m])
+			if err != nil {
+				return fmt.Errorf("block %d: %w", i, err)
+			}
+			p.xs[i+1][m] = outs[0]
+		}
+		s.unbind(s.block)
+	}
+	return nil
+}
+
+// backward runs the head (loss and its cotangent), then every block in reverse and the
+// embedding, recomputing and differentiating each and bringing its gradients to the host.
+func (p *streamPass) backward() error {
+	s, device := p.s, p.s.t.Backend
+	n := s.model.Blocks()
+	p.grads = map[*context.Variable]*tensors.Tensor{}
+	p.dxs = make([]*tensors.Tensor, p.k)
+	nm := len(s.t.Config.Model.MetricNames())
+	p.metrics = make([][2]float32, nm)
+	if err := p.bind(s.head, s.headVars); err != nil {
+		return err
+	}
+	var acc []*tensors.Tensor
+	for m := range p.k {
+		outs, err := p.call(s.head, s.head.bwd, n+1, m, false, append([]*tensors.Tensor{p.xs[n][m]}, p.mbs[m]...)...)
+		if err != nil {
+			return fmt.Errorf("the head: %w", err)
+		}
+		p.lossSum += tensors.ToScalar[float32](outs[0])
+		p.count += tensors.ToScalar[float32](outs[1])
+		for j := range nm {
+			p.metrics[j][0] += tensors.ToScalar[float32](outs[2+2*j])
+			p.metrics[j][1] += tensors.ToScalar[float32](outs[3+2*j])
+		}
+		for _, o := range outs[:2+2*nm] {
+			o.FinalizeAll()
+		}
+		p.dxs[m] = outs[2+2*nm]
+		p.xs[n][m].FinalizeAll()
+		p.xs[n][m] = nil
+		if acc, err = accumulate(device, s.head, acc, outs[3+2*nm:]); err != nil {
+			return err
+		}
+	}
+	s.unbind(s.head)
+	if err := p.download(s.head, s.headVars, acc); err != nil {
+		return err
+	}
+	for i := n - 1; i >= 0; i-- {
+		if err := p.bind(s.block, s.blockVars[i]); err != nil {
+			return err
+		}
+		acc = nil
+		for m := range p.k {
+			outs, err := p.call(s.block, s.block.bwd, i+1, m, true, p.xs[i][m], p.dxs[m])
+			if err != nil {
+				return fmt.Errorf("block %d: %w", i, err)
+			}
+			p.dxs[m].FinalizeAll()
+			p.xs[i][m].FinalizeAll()
+			p.dxs[m], p.xs[i][m] = outs[0], nil
+			if acc, err = accumulate(device, s.block, acc, outs[1:]); err != nil {
+				return err
+			}
+		}
+		s.unbind(s.block)
+		if err := p.download(s.block, s.blockVars[i], acc); err != nil {
+			return err
+		}
+	}
+	if err := p.bind(s.embed, s.embedVars); err != nil {
+		return err
+	}
+	acc = nil
+	for m := range p.k {
+		outs, err := p.call(s.embed, s.embed.bwd, 0, m, true, append(append([]*tensors.Tensor{}, p.mbs[m]...), p.dxs[m])...)
+		if err != nil {
+			return fmt.Errorf("the embedding: %w", err)
+		}
+		p.dxs[m].FinalizeAll()
+		p.dxs[m] = nil
+		if acc, err = accumulate(device, s.embed, acc, outs); err != nil {
+			return err
+		}
+	}
+	s.unbind(s.embed)
+	return p.download(s.embed, s.embedVars, acc)
+}
+
+// update runs the host's update and returns the step's outputs as StepFn's: the loss, the
+// metrics, the count, the finite flag and the moving-average loss.
+func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
+	s := p.s
+	denominator := p.count * float32(s.norm)
+	loss := p.lossSum / nonZero32(p.count)
+	args := []any{tensors.FromScalar(loss), tensors.FromScalar(p.count), tensors.FromScalar(nonZero32(denominator))}
+	for _, v := range s.trainable {
+		grad := p.grads[v]
+		if grad == nil {
+			return nil, nil, fmt.Errorf("--offload params: no stage computed the gradient of %s", v.ScopeAndName())
+		}
+		args = append(args, grad)
+	}
+	start := time.Now()
+	hostOuts, err := s.hostExec.Exec(args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
+	}
+	p.stats.HostSeconds = time.Since(start).Seconds()
+	if p.rng != nil {
+		if err := s.rngVar().SetValue(p.rng); err != nil {
+			return nil, nil, err
+		}
+		p.rng = nil
+	}
+	outs := []*tensors.Tensor{tensors.FromScalar(loss)}
+	for _, mt := range p.metrics {
+		outs = append(outs, tensors.FromScalar(mt[0]/nonZero32(mt[1])))
+	}
+	outs = append(outs, tensors.FromScalar(p.count))
+	p.stats.TransferSeconds = p.transfer.Seconds()
+	s.last = p.stats
+	return append(outs, hostOuts...), p.ran, nil
+}
+
+// nonZero32 is x, or 1 for 0 (as accum's safe division).
+func nonZero32(x float32) float32 {
+	if x == 0 {
+		return 1
+	}
+	return x
+}
+
+// bind sends a stage instance's weights to the device, timing the transfer.
+func (p *streamPass) bind(st *streamStage, sources []*context.Variable) error {
+	start := time.Now()
+	sent, err := p.s.bind(st, sources)
+	p.transfer += time.Since(start)
+	p.stats.BytesToDevice += sent
+	return err
+}
+
+// call runs a stage's program on args for micro-batch m of stage instance i, with the random
+// state the instance's forward call starts from (backward) or the running one (forward), which
+// a forward call advances.
+func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backward bool, args ...*tensors.Tensor) ([]*tensors.Tensor, error) {
+	s := p.s
+	if st.rng >= 0 && p.rng != nil {
+		state := p.rng
+		if backward {
+			state = p.rngAt[[2]int{i, m}]
+		}
+		clone, err := state.LocalClone()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.setTemplate(st, st.rng, s.rngVar(), clone); err != nil {
+			return nil, err
+		}
+	}
+	in := make([]any, len(args))
+	for j, a := range args {
+		in[j] = a
+	}
+	outs, g, err := exec.ExecWithGraph(in...)
+	if err != nil {
+		return nil, err
+	}
+	p.ran = g
+	if st.rng >= 0 && p.rng != nil && !backward {
+		next, err := st.vars[st.rng].Value()
+		if err != nil {
+			return nil, err
+		}
+		p.rngAt[[2]int{i, m}] = p.rng
+		if p.rng, err = next.LocalClone(); err != nil {
+			return nil, err
+		}
+	}
+	return outs, nil
+}
+
+// download brings a stage's gradient sums to the host, adding them to those of the same
+// variables from other stages (tied weights).
+func (p *streamPass) download(st *streamStage, sources []*context.Variable, acc []*tensors.Tensor) error {
+	start := time.Now()
+	defer func() { p.transfer += time.Since(start) }()
+	for k, j := range st.trainable {
+		grad, src := acc[k], sources[j]
+		if err := grad.ToLocal(); err != nil {
+			return fmt.Errorf("bringing the gradient of %s to the host: %w", src.ScopeAndName(), err)
+		}
+		p.stats.BytesToHost += int64(grad.Memory())
+		if sum := p.grads[src]; sum != nil {
+			if err := addInto(sum, grad); err != nil {
+				return fmt.Errorf("the gradient of %s: %w", src.ScopeAndName(), err)
+			}
+			grad.FinalizeAll()
+			continue
+		}
+		p.grads[src] = grad
+	}
+	return nil
+}
+
+// addInto adds b to a, element by element (float32 or float64).
+func addInto(a, b *tensors.Tensor) error {
+	if !a.Shape().Equal(b.Shape()) {
+		return fmt.Errorf("adding gradients of shapes %s and %s", a.Shape(), b.Shape())
+	}
+	var err error
+	b.ConstFlatData(func(bf any) {
+		a.MutableFlatData(func(af any) {
+			switch av := af.(type) {
+			case []float32:
+				for i, x := range bf.([]float32) {
+					av[i] += x
+				}
+			case []float64:
+				for i, x := range bf.([]float64) {
+					av[i] += x
+				}
+			default:
+				err = fmt.Errorf("gradients of dtype %s", a.DType())
+			}
+		})
+	})
+	return err
+}
+
+// splitRows cuts t into k equal parts along axis 0, as local tensors.
+func splitRows(t *tensors.Tensor, k int) ([]*tensors.Tensor, error) {
+	if k == 1 {
+		return []*tensors.Tensor{t}, nil
+	}
+	dims := append([]int{}, t.Shape().Dimensions...)
+	if len(dims) == 0 || dims[0]%k != 0 {
+		return nil, fmt.Errorf("a batch input of shape %s does not split into %d micro-batches", t.Shape(), k)
+	}
+	dims[0] /= k
+	per := t.Shape().Size() / k
+	parts := make([]*tensors.Tensor, k)
+	err := t.ConstFlatData(func(flat any) {
+		v := reflect.ValueOf(flat)
+		for m := range k {
+			part := tensors.FromShape(shapes.Make(t.DType(), dims...))
+			part.MutableFlatData(func(pf any) {
+				reflect.Copy(reflect.ValueOf(pf), v.Slice(m*per, (m+1)*per))
+			})
+			parts[m] = part
+		}
+	})
+	return parts, err
+}
+
+// free releases what a failed step left on the device.
+func (p *streamPass) free() {
+	for _, group := range append(append([][]*tensors.Tensor{}, p.mbs...), append(p.xs, p.dxs)...) {
+		for _, t := range group {
+			if t != nil {
+				t.FinalizeAll()
+			}
+		}
+	}
+}

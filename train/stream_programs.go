@@ -1,0 +1,309 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/accum"
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// The programs of a streamed step (executor_stream.go). Each kind of stage (the embedding, a
+// block, the head) has a template context of its own, holding the variables of the stage that
+// runs now (for a block, under block 0's scope: the names its program was built with), and one
+// forward and one backward program built on that template: a block's programs serve every block,
+// which swaps its weights into the template before it runs.
+
+// streamStage is one kind of stage: its template, its programs and its accumulator.
+type streamStage struct {
+	name string
+	// tmpl holds the template variables, vars, in the order of the sources of each instance.
+	tmpl *context.Context
+	vars []*context.Variable
+	// trainable are the indices in vars of the trainable variables, in the order the backward
+	// program returns their gradients.
+	trainable []int
+	// fwd maps the stage's inputs to its output; bwd recomputes the stage and returns the
+	// cotangent of its input (but the embedding's) and the gradients of trainable. The head has
+	// one program only (bwd: the loss, the count, the metrics, then as a block).
+	fwd, bwd *context.Exec
+	// add sums two lists of gradients, the first donated: the accumulator over micro-batches.
+	add *graph.Exec
+	// rng is the index in vars of the random state, -1 when the stage draws no random numbers.
+	rng int
+}
+
+// usedVariables lists the variables g uses, in the context's order.
+func usedVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
+	var vars []*context.Variable
+	for v := range ctx.IterVariables() {
+		if v.InUseByGraph(g) {
+			vars = append(vars, v)
+		}
+	}
+	return vars
+}
+
+// stageVariables builds fn on the trainer's context (creating the variables a fresh run needs,
+// as a whole step would) and returns the variables it uses.
+func (s *streamExecutor) stageVariables(name string, inputs []shapes.Shape, fn accum.StepFn) ([]*context.Variable, error) {
+	p, err := ograph.ContextProgram(s.host, s.t.Ctx, name, inputs, fn)
+	if err != nil {
+		return nil, fmt.Errorf("--offload params: building the %s stage: %w", name, err)
+	}
+	defer p.Graph.Finalize()
+	vars := usedVariables(s.t.Ctx, p.Graph)
+	for _, v := range vars {
+		if v.ChangedInGraph(p.Graph) && v != s.rngVar() {
+			return nil, fmt.Errorf("--offload params: the %s stage changes the variable %s: a streamed stage may change the random state only",
+				name, v.ScopeAndName())
+		}
+	}
+	return vars, nil
+}
+
+// rngVar is the trainer's random state (nil until something draws random numbers).
+func (s *streamExecutor) rngVar() *context.Variable {
+	return s.t.Ctx.GetVariableByScopeAndName(context.RootScope, context.RNGStateVariableName)
+}
+
+// blockSources returns block i's variables in the order of block 0's (its scope in place of
+// block 0's), or an error naming the first that does not match.
+func (s *streamExecutor) blockSources(block0 []*context.Variable, i int, used []*context.Variable) ([]*context.Variable, error) {
+	root := s.t.Ctx.InAbsPath(context.RootScope)
+	scope0, scopeI := root.In(s.model.BlockScope(0)).Scope(), root.In(s.model.BlockScope(i)).Scope()
+	out := make([]*context.Variable, len(block0))
+	for j, v := range block0 {
+		scope := v.Scope()
+		if rest, ok := strings.CutPrefix(scope, scope0); ok && (rest == "" || strings.HasPrefix(rest, context.ScopeSeparator)) {
+			scope = scopeI + rest
+		}
+		w := s.t.Ctx.GetVariableByScopeAndName(scope, v.Name())
+		if w == nil || !w.Shape().Equal(v.Shape()) || w.Trainable != v.Trainable {
+			return nil, fmt.Errorf("--offload params: block %d has no variable %s/%s like block 0's %s (%s): every block must have the same variables",
+				i, scope, v.Name(), v.ScopeAndName(), v.Shape())
+		}
+		out[j] = w
+	}
+	if len(used) != len(out) {
+		return nil, fmt.Errorf("--offload params: block %d uses %d variables, block 0 uses %d: every block must have the same variables", i, len(used), len(out))
+	}
+	return out, nil
+}
+
+// newStage returns the stage kind name with template variables shaped as sources.
+func (s *streamExecutor) newStage(name string, sources []*context.Variable) *streamStage {
+	st := &streamStage{name: name, tmpl: context.New(), rng: -1}
+	for _, p := range s.t.paramsToCopy() {
+		st.tmpl.SetParam(p.key, p.value)
+	}
+	st.vars = make([]*context.Variable, len(sources))
+	for j, v := range sources {
+		if v == s.rngVar() {
+			st.rng = j
+		}
+		if v.Trainable {
+			st.trainable = append(st.trainable, j)
+		}
+	}
+	return st
+}
+
+// ctxParam is a parameter of the trainer's root scope.
+type ctxParam struct {
+	key   string
+	value any
+}
+
+// paramsToCopy are the trainer context's root parameters (the seed and what the trainer set),
+// which the templates carry so that the stages see what the whole step sees.
+func (t *Trainer) paramsToCopy() []ctxParam {
+	var out []ctxParam
+	t.Ctx.EnumerateParams(func(scope, key string, value any) {
+		if scope == context.RootScope {
+			out = append(out, ctxParam{key, value})
+		}
+	})
+	return out
+}
+
+// gradients returns, for the stage's trainable template variables, their gradients of target
+// (float32, or float64 for float64 variables) after the cotangents of xs.
+func (st *streamStage) gradients(target *graph.Node, xs ...*graph.Node) []*graph.Node {
+	g := target.Graph()
+	wrt := append([]*graph.Node{}, xs...)
+	for _, j := range st.trainable {
+		wrt = append(wrt, st.vars[j].ValueGraph(g))
+	}
+	grads := graph.Gradient(target, wrt...)
+	for k, j := range st.trainable {
+		grads[len(xs)+k] = graph.ConvertDType(grads[len(xs)+k], ograph.WideDType(st.vars[j].DType()))
+	}
+	return grads
+}
+
+// cotangentTarget is Σ y·dy in float32: its gradient with respect to y is dy exactly.
+func cotangentTarget(y, dy *graph.Node) *graph.Node {
+	return graph.ReduceAllSum(graph.ConvertDType(graph.Mul(y, dy), dtypes.Float32))
+}
+
+// compile creates the stage's programs on the device backend. rows is the number of rows of a
+// micro-batch (axis 0), for the loss's exact normalization (as accum.Gradients).
+func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
+	t, m := s.t, s.model
+	var err error
+	scope0 := m.BlockScope(0)
+	switch kind {
+	case embedStage:
+		st.fwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			t.setForModel(ctx, in[0].Graph())
+			return []*graph.Node{m.EmbedStage(ctx.Reuse(), in)}
+		})
+		if err == nil {
+			st.bwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+				t.setForModel(ctx, in[0].Graph())
+				batch, dx := in[:len(in)-1], in[len(in)-1]
+				return st.gradients(cotangentTarget(m.EmbedStage(ctx.Reuse(), batch), dx))
+			})
+		}
+	case blockStage:
+		st.fwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			t.setForModel(ctx, in[0].Graph())
+			return []*graph.Node{m.BlockStage(ctx.Reuse().In(scope0), in[0])}
+		})
+		if err == nil {
+			st.bwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+				t.setForModel(ctx, in[0].Graph())
+				y := m.BlockStage(ctx.Reuse().In(scope0), in[0])
+				return st.gradients(cotangentTarget(y, in[1]), in[0])
+			})
+		}
+	case headStage:
+		st.bwd, err = context.NewExec(t.Backend, st.tmpl, s.headFn(st))
+	}
+	if err != nil {
+		return fmt.Errorf("--offload params: the %s stage's programs: %w", st.name, err)
+	}
+	st.add, err = graph.NewExec(t.Backend, func(in []*graph.Node) []*graph.Node {
+		n := len(in) / 2
+		out := make([]*graph.Node, n)
+		for j := range n {
+			out[j] = graph.Add(in[j], in[n+j])
+		}
+		return out
+	})
+	return err
+}
+
+// headFn is the head's program: the loss sum, its count and each metric's sum and count of a
+// micro-batch (float32), then the cotangent of the head's input and the gradients of its
+// variables, of the loss sum times the exact normalization and the loss scale, as
+// accum.ScaledGradients differentiates it.
+func (s *streamExecutor) headFn(st *streamStage) accum.StepFn {
+	t, m := s.t, s.model
+	chain := t.mustChain()
+	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		g := in[0].Graph()
+		t.setForModel(ctx, g)
+		x, batch := in[0], in[1:]
+		loss, metrics := m.HeadStage(ctx.Reuse(), x, batch)
+		f32 := func(n *graph.Node) *graph.Node { return graph.ConvertDType(n, dtypes.Float32) }
+		out := []*graph.Node{f32(loss.Sum), f32(loss.Count)}
+		for _, mt := range metrics {
+			out = append(out, f32(mt.Sum), f32(mt.Count))
+		}
+		target := chain.ScaleLoss(ctx, graph.MulScalar(f32(loss.Sum), s.norm))
+		return append(out, st.gradients(target, x)...)
+	}
+}
+
+// lossNorm is the power of two accum.Gradients multiplies each micro-batch's loss sum by: near
+// 1/(its rows), exact.
+func lossNorm(rows int) float64 { return math.Ldexp(1, -int(math.Floor(math.Log2(float64(rows))))) }
+
+// stageKind is the kind of a stage.
+type stageKind int
+
+const (
+	embedStage stageKind = iota
+	blockStage
+	headStage
+)
+
+// bind uploads sources (the master weights of one stage instance, and the state it reads) to the
+// device in the template's variables, and returns the bytes sent.
+func (s *streamExecutor) bind(st *streamStage, sources []*context.Variable) (int64, error) {
+	var sent int64
+	for j, src := range sources {
+		if src == s.rngVar() {
+			continue // set per call (setRandomState)
+		}
+		value, err := src.Value()
+		if err != nil {
+			return sent, err
+		}
+		clone, err := value.OnDeviceClone(s.t.Backend, 0)
+		if err != nil {
+			return sent, fmt.Errorf("sending %s to the device: %w", src.ScopeAndName(), err)
+		}
+		sent += int64(clone.Memory())
+		if err := s.setTemplate(st, j, src, clone); err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// setTemplate gives the template's j-th variable value (creating it, with src's scope and name,
+// on first use) and frees its previous value.
+func (s *streamExecutor) setTemplate(st *streamStage, j int, src *context.Variable, value *tensors.Tensor) error {
+	if st.vars[j] == nil {
+		scope := src.Scope()
+		if st.name == "block" {
+			scope = s.blockVars[0][j].Scope()
+		}
+		st.vars[j] = st.tmpl.InAbsPath(scope).VariableWithValue(src.Name(), value).SetTrainable(src.Trainable)
+		return nil
+	}
+	return st.vars[j].SetValue(value)
+}
+
+// unbind frees the stage's weights on the device.
+func (s *streamExecutor) unbind(st *streamStage) {
+	for _, v := range st.vars {
+		if v != nil && v.HasValue() {
+			_ = v.Reset()
+		}
+	}
+}
+
+// accumulate returns acc + grads (acc donated), or grads when acc is nil.
+func accumulate(device backends.Backend, st *streamStage, acc, grads []*tensors.Tensor) ([]*tensors.Tensor, error) {
+	if acc == nil {
+		return grads, nil
+	}
+	args := make([]any, 0, 2*len(acc))
+	for _, a := range acc {
+		d, err := graph.DonateTensorBuffer(a, device, 0)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, d)
+	}
+	for _, g := range grads {
+		args = append(args, g)
+	}
+	sums, err := st.add.Exec(args...)
+	for _, g := range grads {
+		g.FinalizeAll()
+	}
+	return sums, err
+}

@@ -1,0 +1,191 @@
+package train_test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/train"
+)
+
+// streamConfig is the tiny GPT in float32 without dropout, with 2 micro-batches.
+func streamConfig(t *testing.T) train.Config {
+	c := tinyConfig(t)
+	c.Policy, c.Batch, c.MicroBatches, c.Remat = mixed.Float32, 8, 2, train.Remat{}
+	editGPT(&c, func(g *models.GPTConfig) { g.Dropout = 0 })
+	return c
+}
+
+// sameLosses fails unless got's losses and mean losses equal want's within tol relative, and
+// their accuracies count the same tokens right within 2 (a logit that rounds the other way).
+func sameLosses(t *testing.T, want, got *train.History, tol float64) {
+	t.Helper()
+	if len(got.Steps) != len(want.Steps) {
+		t.Fatalf("%d steps streamed, %d whole", len(got.Steps), len(want.Steps))
+	}
+	worst := 0.0
+	for i, w := range want.Steps {
+		g := got.Steps[i]
+		if g.Skipped != w.Skipped {
+			t.Errorf("step %d: skipped %v streamed, %v whole", i+1, g.Skipped, w.Skipped)
+		}
+		if d := math.Abs(g.Accuracy-w.Accuracy) * w.Count; d > 2.5 {
+			t.Errorf("step %d: accuracy %.9g streamed, %.9g whole: %.0f tokens apart", i+1, g.Accuracy, w.Accuracy, d)
+		}
+		for name, pair := range map[string][2]float64{"loss": {g.Loss, w.Loss}, "mean loss": {g.MeanLoss, w.MeanLoss}} {
+			rel := math.Abs(pair[0]-pair[1]) / math.Max(math.Abs(pair[1]), 1e-30)
+			worst = max(worst, rel)
+			if rel > tol || math.IsNaN(pair[0]) != math.IsNaN(pair[1]) {
+				t.Errorf("step %d: %s %.9g streamed, %.9g whole (rel. %.2g > %g)", i+1, name, pair[0], pair[1], rel, tol)
+			}
+		}
+	}
+	t.Logf("largest relative difference over %d steps: %.2g", len(want.Steps), worst)
+}
+
+// TestStreamedMatchesWholeStep: --offload params (the model streamed a stage at a time, the
+// master weights and Adam on the host) trains the tiny GPT as the whole step does, on the
+// embedded backend and on XLA: float32 losses within 1e-5 relative over 10 steps, bfloat16 compute
+// with remat within 1e-3 (not in -short). Per step each stage's weights cross twice (once for the
+// head, whose one program computes the loss and its gradients) and every gradient once.
+func TestStreamedMatchesWholeStep(t *testing.T) {
+	bf16, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, backend := range testkit.All() {
+		for _, policy := range []mixed.Policy{mixed.Float32, bf16} {
+			t.Run(backend.Name()+"/"+policy.String(), func(t *testing.T) {
+				config, tol := streamConfig(t), 1e-5
+				if policy != mixed.Float32 {
+					if testing.Short() {
+						t.Skip("bfloat16 runs in the full tests")
+					}
+					config.Policy, config.Remat, tol = policy, train.Remat{Kinds: []string{"mlp", "attn"}}, 1e-3
+				}
+				whole, want := runOffload(t, backend, config, 10, "")
+				defer whole.Close()
+				config.Offload = train.OffloadParams
+				streamed, got := runOffload(t, backend, config, 10, "")
+				defer streamed.Close()
+				sameLosses(t, want, got, tol)
+				stats, gpt := streamed.OffloadStats(), gptOf(config)
+				head := int64(4 * (gpt.Hidden*gpt.Vocab + gpt.Vocab + 2*gpt.Hidden)) // post_norm and output_layer
+				tokens := int64(2 * 4 * config.Batch * gpt.SeqLen)
+				if params := 4 * gpt.Params(); stats.BytesToHost != params || stats.BytesToDevice != 2*params-head+tokens {
+					t.Errorf("traffic %+v: want %d bytes of weights twice but the head's once, and the tokens (%d), to the device, and %d of gradients back",
+						stats, params, tokens, params)
+				}
+				t.Logf("per step: %d bytes to the device, %d back, %.1f ms moving, %.1f ms host update",
+					stats.BytesToDevice, stats.BytesToHost, 1e3*stats.TransferSeconds, 1e3*stats.HostSeconds)
+			})
+		}
+	}
+}
+
+// TestStreamedTechniques: the streamed step keeps every technique of the whole step: bfloat16
+// compute with remat of the MLP and attention (losses within 1e-3 relative over 10 steps), a
+// dynamic loss scale with 8-bit Adam (within 1e-5), a loss scale so large that every step's
+// gradients overflow (every step skipped by both, nothing updated), and dropout with one
+// micro-batch (the same masks: within 1e-5).
+func TestStreamedTechniques(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains 4 runs of 10 steps twice")
+	}
+	bf16, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func(c *train.Config)
+		tol  float64
+	}{
+		{"bf16-remat", func(c *train.Config) { c.Policy, c.Remat = bf16, train.Remat{Kinds: []string{"mlp", "attn"}} }, 1e-3},
+		{"adam8bit-dynamic", func(c *train.Config) {
+			c.Optimizer, c.LossScale = optim.Adam8bit().Done(), mixed.NewDynamicLossScale()
+		}, 1e-5},
+		{"overflow", func(c *train.Config) { c.LossScale = mixed.StaticLossScale(3e38) }, 0},
+		{"dropout", func(c *train.Config) {
+			c.MicroBatches = 1
+			editGPT(c, func(g *models.GPTConfig) { g.Dropout = 0.1 })
+		}, 1e-5},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			config := streamConfig(t)
+			c.edit(&config)
+			whole, want := runOffload(t, embedded(), config, 10, "")
+			defer whole.Close()
+			config.Offload = train.OffloadParams
+			streamed, got := runOffload(t, embedded(), config, 10, "")
+			defer streamed.Close()
+			sameLosses(t, want, got, c.tol)
+			if c.name == "overflow" {
+				for i, s := range got.Steps {
+					if !s.Skipped {
+						t.Errorf("step %d was not skipped", i+1)
+					}
+				}
+				if streamed.GlobalStep() != 0 {
+					t.Errorf("%d updates applied, want none", streamed.GlobalStep())
+				}
+			}
+		})
+	}
+}
+
+// TestStreamedCheckpointsResumeEitherWay: a checkpoint written by a streamed run resumes in a
+// whole-step run and the reverse (the same variables, by name), and the resumed runs' losses
+// equal an uninterrupted whole run's within 1e-5 relative.
+func TestStreamedCheckpointsResumeEitherWay(t *testing.T) {
+	config := streamConfig(t)
+	config.LossScale = mixed.NewDynamicLossScale()
+	straight, want := runOffload(t, embedded(), config, 4, "")
+	straight.Close()
+	for _, first := range []train.Offload{train.OffloadParams, train.OffloadNone} {
+		then := train.OffloadNone
+		if first == train.OffloadNone {
+			then = train.OffloadParams
+		}
+		t.Run(fmt.Sprintf("%s-then-%s", first, then), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			c := config
+			c.Offload = first
+			head, h1 := runOffload(t, embedded(), c, 2, dir)
+			head.Close()
+			c.Offload = then
+			tail, h2 := runOffload(t, embedded(), c, 4, dir)
+			tail.Close()
+			sameLosses(t, want, &train.History{Steps: append(h1.Steps, h2.Steps...)}, 1e-5)
+		})
+	}
+}
+
+// TestStreamedRefuses: a model that does not run as stages, bfloat16 master weights and several
+// devices are refused before anything is built, each naming the fix.
+func TestStreamedRefuses(t *testing.T) {
+	mlp := smallMLP(t)
+	mlp.Offload = train.OffloadParams
+	bf16, err := mixed.ParsePolicy("params=bfloat16,compute=bfloat16,output=float32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpt := streamConfig(t)
+	gpt.Offload = train.OffloadParams
+	halfParams, devices := gpt, gpt
+	halfParams.Policy, devices.Devices = bf16, train.Devices{Count: 2}
+	for name, c := range map[string]train.Config{"mlp": mlp, "bf16 params": halfParams, "2 devices": devices} {
+		if _, err := train.New(embedded(), c); err == nil || !strings.Contains(err.Error(), "--offload params") {
+			t.Errorf("%s: %v, want an error about --offload params", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
