@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -237,7 +237,7 @@ func TestCheckpointFilesMustBeRegular(t *testing.T) {
 		want string
 	}{
 		{"link to /dev/zero", func(path string) error { return os.Symlink("/dev/zero", path) }, "is a symbolic link to /dev/zero"},
-		{"named pipe", func(path string) error { return syscall.Mkfifo(path, 0o666) }, "is a named pipe"},
+		{"named pipe", testkit.MakeFIFO, "is a named pipe"},
 		{"larger file", func(path string) error { return os.WriteFile(path, make([]byte, 1<<20), 0o666) }, "holds 1048576 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

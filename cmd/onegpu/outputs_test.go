@@ -4,8 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // TestOutputPaths: checkOutputFile and checkOutputFolder refuse what cannot take the output,
@@ -21,7 +22,7 @@ func TestOutputPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+	if err := testkit.MakeFIFO(fifo); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
