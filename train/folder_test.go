@@ -3,6 +3,7 @@ package train_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -258,6 +259,30 @@ func TestCheckpointFilesMustBeRegular(t *testing.T) {
 				t.Errorf("resumed at %v (%v), want step 1 with the step-2 checkpoint skipped saying %q; progress:\n%s", h, err, tc.want, progress.String())
 			}
 		})
+	}
+}
+
+// TestCheckpointLayoutIsCheckedBeforeReading: a .bin grown to 4 MiB, its manifest's bin_bytes
+// edited to match, is skipped because the variables' shapes in its .json add up to less, before
+// a byte of it is read (its checksum could say so only after reading it all: a file of any size);
+// the run resumes from the checkpoint before.
+func TestCheckpointLayoutIsCheckedBeforeReading(t *testing.T) {
+	c := smallMLP(t)
+	dir := filepath.Join(t.TempDir(), "ck")
+	if _, err := runIn(t, c, dir, 2, train.RunOptions{SaveEvery: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 4 << 20
+	if err := os.Truncate(committed(t, dir)[1]+".bin", size); err != nil {
+		t.Fatal(err)
+	}
+	var shapes float64
+	editManifest(t, dir, func(m map[string]any) { shapes, m["bin_bytes"] = m["bin_bytes"].(float64), size })
+	var progress strings.Builder
+	h, err := runIn(t, c, dir, 3, train.RunOptions{Progress: &progress})
+	want := fmt.Sprintf("the manifest records %d bytes of data, the variables' shapes %d", size, int64(shapes))
+	if err != nil || h.Resumed != 1 || !strings.Contains(progress.String(), want) {
+		t.Errorf("resumed at %v (%v), want step 1 with the step-2 checkpoint skipped saying %q; progress:\n%s", h, err, want, progress.String())
 	}
 }
 
