@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -23,7 +25,7 @@ func plotLoss(file, title string, h *train.History) error {
 // legend, to a PNG file.
 func plotLosses(file, title string, names []string, histories []*train.History) error {
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text = wrapTitle(title, titleWidth)
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = "training loss"
 	p.Add(plotter.NewGrid())
@@ -110,4 +112,23 @@ func shortDType(name string) string {
 		return "bf16"
 	}
 	return "f32"
+}
+
+// titleWidth is the most characters a line of a plot's title holds (a 12-inch-wide plot's title
+// font): longer titles (a Llama's description) are wrapped.
+const titleWidth = 110
+
+// wrapTitle breaks s into lines of at most width characters at its ", " separators (a part longer
+// than width keeps a line of its own).
+func wrapTitle(s string, width int) string {
+	var lines []string
+	line := ""
+	for _, part := range strings.SplitAfter(s, ", ") {
+		if line != "" && utf8.RuneCountInString(strings.TrimSpace(line+part)) > width {
+			lines = append(lines, strings.TrimSpace(line))
+			line = ""
+		}
+		line += part
+	}
+	return strings.Join(append(lines, strings.TrimSpace(line)), "\n")
 }

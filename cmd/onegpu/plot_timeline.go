@@ -95,7 +95,7 @@ func plotTimeline(file, title string, timeline []int64, steps []ograph.Step) (in
 		unit, scale = "GiB", float64(1<<30)
 	}
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text = wrapTitle(title, titleWidth)
 	p.X.Label.Text = "op, in the order the step runs them (sequential schedule)"
 	p.Y.Label.Text = "live memory (" + unit + ")"
 	top := float64(peak) / scale * 1.12

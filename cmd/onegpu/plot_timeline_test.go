@@ -83,3 +83,23 @@ func TestMemoryTimeline(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestWrapTitle: a long title is cut at its ", " separators into lines of at most the width, and
+// the lines joined again are the title; a part longer than the width keeps a line of its own.
+func TestWrapTitle(t *testing.T) {
+	title := "a train step's memory: Llama (16 layers × 2048, 32 heads of 64 with 8 key/value heads, MLP 8192, sequence 8192), " +
+		"batch 1, compute BFloat16, remat block, 1 micro-batch, attention chunked (block 1024), cross-entropy chunked=512"
+	got := wrapTitle(title, 60)
+	lines := strings.Split(got, "\n")
+	for _, l := range lines {
+		if len([]rune(l)) > 60 {
+			t.Errorf("line %q is longer than 60", l)
+		}
+	}
+	if len(lines) < 4 || strings.ReplaceAll(got, "\n", " ") != title {
+		t.Errorf("wrapped into %d lines:\n%s", len(lines), got)
+	}
+	if got := wrapTitle("one part longer than ten, b", 10); got != "one part longer than ten,\nb" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -240,6 +240,10 @@ func title(c train.Config) string {
 		return fmt.Sprintf("GPT %d×%d, compute %s, remat %s, %d micro-batches%s", g.Config.Layers, g.Config.Hidden,
 			c.Policy.Compute, c.Remat, c.MicroBatches, chunkingNote(c))
 	}
+	if _, ok := c.Model.(train.LanguageModel); ok { // a Llama: its description, then the techniques
+		return fmt.Sprintf("%s, batch %d, compute %s, remat %s, %s%s", modelTitle(c), c.Batch, c.Policy.Compute, c.Remat,
+			plural(c.MicroBatches, "micro-batch"), chunkingNote(c))
+	}
 	return fmt.Sprintf("%s, %s", modelTitle(c), c.Policy)
 }
 
