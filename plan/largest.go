@@ -56,8 +56,13 @@ type Largest struct {
 	Hidden  int          `json:"hidden"`
 	Params  int64        `json:"params"`
 	Memory  int64        `json:"memory_bytes"`
-	Variant Variant      `json:"variant"`
-	Fits    bool         `json:"fits"` // false when not even the smallest model fits
+	// HostMemory is a streamed row's host bytes (LargestStreamed); Model the model's description
+	// and Step the streamed step's time and what bounds it.
+	HostMemory int64     `json:"host_memory_bytes,omitempty"`
+	Model      string    `json:"model,omitempty"`
+	Step       *StepTime `json:"step,omitempty"`
+	Variant    Variant   `json:"variant"`
+	Fits       bool      `json:"fits"` // false when not even the smallest model fits
 	// Evaluations is how many model sizes the search estimated: about twice the base-2
 	// logarithm of the answer's scale, whatever the budget.
 	Evaluations int `json:"models_estimated"`

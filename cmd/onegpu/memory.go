@@ -43,10 +43,22 @@ func runMemory(args []string, w io.Writer) error {
 	fs.BoolVar(&o.residualDetail, "residuals", false, "gpt only: list every value the backward pass keeps from each block (default: one line per block)")
 	fs.StringVar(&o.timeline, "timeline", "", "write live memory over the step's schedule to this PNG file, one band per block (forward, the loss, backward, the update), "+
 		"attention and the loss in their own colors (default: no plot)")
+	var sf streamFlags
+	sf.register(fs)
+	budgetText := fs.String("budget", "", "with --offload params: the device memory to fit, e.g. 24GiB (default: none; the report says what fits)")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	set := given(fs)
+	if o.offload == "params" {
+		return memoryStreamed(w, &o, &sf, set, *budgetText)
+	}
+	if err := sf.notApplicable(set, "nothing streams: they size a streamed run (--offload params)"); err != nil {
+		return err
+	}
+	if err := notApplicable(set, "memory reports a step's peak; --budget sizes a streamed run (--offload params) against the device (plan answers what fits a budget)", "budget"); err != nil {
+		return err
+	}
 	if o.model == "mlp" {
 		if err := notApplicable(set, "the MLP has no blocks whose residuals to list; use --model gpt", "residuals"); err != nil {
 			return err

@@ -37,15 +37,30 @@ func runPlan(args []string, w io.Writer) error {
 	largest := fs.Bool("largest", false, "instead of planning --preset, find the largest GPT of the tutorial's shape (scaled in layers and hidden size) whose step fits the budget, with the tutorial's techniques and with 8-bit Adam + optimizer offload")
 	longest := fs.Bool("longest", false, "instead of planning the preset's sequence, find the longest sequence (in multiples of 128 tokens) whose step fits the budget, "+
 		"with plain and chunked attention and cross-entropy unless --attention/--cross-entropy fix them; one sequence per micro-batch, bf16 compute and remat of whole blocks unless --batch, --microbatches, --policy, --remat say otherwise")
+	var sf streamFlags
+	sf.register(fs)
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	set := given(fs)
+	streamed := s.offload == "params"
+	if !streamed && !*largest {
+		if err := sf.notApplicable(set, "nothing streams: they size a streamed run (--offload params) or plan --largest's streamed rows"); err != nil {
+			return err
+		}
+	}
+	if streamed {
+		if *longest || *largest {
+			return fmt.Errorf("--offload params with --longest or --largest: plan --largest searches the streamed models itself (its streamed rows); --longest plans a step on the device")
+		}
+	}
 	if *longest {
 		return planLongest(w, &s, set, *budgetText, *asJSON)
 	}
-	if err := notApplicable(set, "the plan tries every compute precision, remat choice and micro-batch count itself", "policy", "remat", "microbatches"); err != nil {
-		return err
+	if !streamed {
+		if err := notApplicable(set, "the plan tries every compute precision, remat choice and micro-batch count itself", "policy", "remat", "microbatches"); err != nil {
+			return err
+		}
 	}
 	if err := notApplicable(set, "the plan estimates memory and time; it trains nothing", "lr", "seed"); err != nil {
 		return err
@@ -57,6 +72,12 @@ func runPlan(args []string, w io.Writer) error {
 		return fmt.Errorf("--devices %d: plan for at least 1 device", s.devices)
 	}
 	maxDevices := s.devices
+	if streamed {
+		if maxDevices > 1 {
+			return fmt.Errorf("--offload params with --devices %d: the streamed step feeds one device; use --devices 1", maxDevices)
+		}
+		return planStreamed(w, &s, &sf, *budgetText, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, *asJSON)
+	}
 	_ = fs.Set("microbatches", "1") // the grid chooses them; 1 lets the base config take any --batch
 	_ = fs.Set("devices", "1")      // so does the device search: --devices is how many are available
 	budget, err := parseBytes(*budgetText)
@@ -91,7 +112,15 @@ func runPlan(args []string, w io.Writer) error {
 		if *asJSON {
 			progress = nil
 		}
-		return planLargest(w, backend, base, budget, spec.Kind == "xla", *asJSON, progress)
+		hostBudget, err := sf.hostBudget()
+		if err != nil {
+			return err
+		}
+		so, err := sf.options(plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16})
+		if err != nil {
+			return err
+		}
+		return planLargest(w, backend, base, budget, spec.Kind == "xla", *asJSON, progress, largestStreamed{host: hostBudget, options: so})
 	}
 	if maxDevices > 1 {
 		return planDevices(w, backend, spec, base, budget, plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, maxDevices, *asJSON)
@@ -219,11 +248,25 @@ func parseBytes(s string) (int64, error) {
 	return 0, tooLarge
 }
 
-// planLargest answers plan --largest: the two largest models side by side.
-func planLargest(w io.Writer, backend backends.Backend, base train.Config, budget int64, compile, asJSON bool, progress io.Writer) error {
+// largestStreamed are plan --largest's streamed rows' settings: the host budget and the rates.
+type largestStreamed struct {
+	host    int64
+	options plan.StreamOptions
+}
+
+// planLargest answers plan --largest: the two largest models side by side, then the largest
+// streamed ones (the weights in host memory, --offload params).
+func planLargest(w io.Writer, backend backends.Backend, base train.Config, budget int64, compile, asJSON bool, progress io.Writer, st largestStreamed) error {
 	var rows []plan.Largest
 	for _, opts := range []plan.StateOptions{plan.TutorialTechniques, plan.StateTechniques} {
 		row, err := plan.LargestThatFits(backend, base, budget, opts, compile, progress)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row)
+	}
+	for _, opts := range plan.StreamedTechniques {
+		row, err := plan.LargestStreamed(backend, base, plan.ScaledGPTs(), budget, st.host, opts, st.options, progress)
 		if err != nil {
 			return err
 		}
@@ -235,18 +278,28 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 	}
 	if asJSON {
 		return writeJSON(w, struct {
-			BudgetBytes int64          `json:"budget_bytes"`
-			Memory      string         `json:"memory_from"`
-			Largest     []plan.Largest `json:"largest"`
-			ParamsRatio float64        `json:"params_ratio"`
-		}{budget, memorySource(compile), rows, ratio})
+			BudgetBytes     int64          `json:"budget_bytes"`
+			HostBudgetBytes int64          `json:"host_budget_bytes"`
+			Memory          string         `json:"memory_from"`
+			Largest         []plan.Largest `json:"largest"`
+			ParamsRatio     float64        `json:"params_ratio"`
+		}{budget, st.host, memorySource(compile), rows, ratio})
 	}
 	fmt.Fprintf(w, "largest GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64) whose step fits %s\n(memory from %s):\n\n",
 		ograph.FormatBytes(budget), memorySource(compile))
 	fmt.Fprintf(w, "  %-55s %6s %6s %16s %10s  %s\n", "options", "layers", "hidden", "parameters", "memory", "settings")
-	for _, r := range rows {
+	for i, r := range rows {
+		if i == 2 {
+			fmt.Fprintf(w, "\nstreamed (--offload params): the device holds a stage at a time, the host %s of master weights, optimizer state and gradients:\n", ograph.FormatBytes(st.host))
+		}
 		if !r.Fits {
 			fmt.Fprintf(w, "  %-55s nothing fits\n", r.Options.Name)
+			continue
+		}
+		if r.Step != nil {
+			fmt.Fprintf(w, "  %-55s %6d %6d %16s %10s  host %s, %s compute, remat %s, %d micro-batches; step ~%.1f s, bound by %s\n", r.Options.Name, r.Layers, r.Hidden,
+				groupDigits(r.Params), ograph.FormatBytes(r.Memory), ograph.FormatBytes(r.HostMemory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches,
+				r.Step.Seconds, r.Step.Bound)
 			continue
 		}
 		fmt.Fprintf(w, "  %-55s %6d %6d %16s %10s  %s compute, remat %s, %d micro-batches\n", r.Options.Name, r.Layers, r.Hidden,

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/plan"
+)
+
+// streamFlags are the flags of a streamed plan (--offload params): the host's budget and the
+// rates the step's time comes from.
+type streamFlags struct {
+	host          string
+	busGBs        float64
+	hostRate      float64
+	streamedNames []string
+}
+
+// register adds the flags to fs.
+func (f *streamFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.host, "host", "", "with --offload params (and plan --largest's streamed rows): host memory for the master weights, the optimizer's state and the gradients, e.g. 128GiB "+
+		"(default: this machine's available memory, MemAvailable in /proc/meminfo)")
+	fs.Float64Var(&f.busGBs, "bus-bandwidth", plan.PCIe5Bandwidth/1e9, "with --offload params: host-device bandwidth per direction in GB/s (default: PCIe 5.0 x16)")
+	fs.Float64Var(&f.hostRate, "host-rate", 0, "with --offload params: the host's optimizer update rate in parameters/s "+
+		"(default: what `onegpu bench --grid host` measured on a 2-core machine's XLA CPU client for the optimizer; measure yours)")
+	f.streamedNames = []string{"host", "bus-bandwidth", "host-rate"}
+}
+
+// notApplicable refuses the streamed flags where nothing streams.
+func (f *streamFlags) notApplicable(set map[string]bool, why string) error {
+	return notApplicable(set, why, f.streamedNames...)
+}
+
+// hostBudget is --host, or this machine's available memory.
+func (f *streamFlags) hostBudget() (int64, error) {
+	if f.host == "" {
+		return plan.HostAvailable()
+	}
+	b, err := parseBytes(f.host)
+	if err != nil {
+		return 0, fmt.Errorf("--host: %w", err)
+	}
+	return b, nil
+}
+
+// options are the streamed step's rates.
+func (f *streamFlags) options(rate plan.Throughput) (plan.StreamOptions, error) {
+	if !(f.busGBs > 0) || f.busGBs > 1e6 || math.IsInf(f.busGBs, 0) {
+		return plan.StreamOptions{}, fmt.Errorf("--bus-bandwidth %g: give the host-device rate per direction in GB/s, more than 0 and at most 1e6", f.busGBs)
+	}
+	if f.hostRate < 0 || f.hostRate > 1e15 || math.IsNaN(f.hostRate) {
+		return plan.StreamOptions{}, fmt.Errorf("--host-rate %g: give the host's update rate in parameters/s, more than 0 (0: the measured default)", f.hostRate)
+	}
+	return plan.StreamOptions{Throughput: rate, Bandwidth: f.busGBs * 1e9, HostRate: f.hostRate}, nil
+}
+
+// writeStreamed prints a streamed step's estimate against the budgets (0: not given).
+func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
+	b := ograph.FormatBytes
+	fits := func(need, have int64) string {
+		if have <= 0 {
+			return ""
+		}
+		if need <= have {
+			return fmt.Sprintf("fits %s (%s free)", b(have), b(have-need))
+		}
+		return fmt.Sprintf("does NOT fit %s (%s over)", b(have), b(need-have))
+	}
+	fmt.Fprintf(w, "streamed step (--offload params): %s parameters in %d stages\n", groupDigits(s.Params), stageCount(s))
+	for _, st := range s.Stages {
+		fmt.Fprintf(w, "  %-6s x%-4d %16s params, working memory %10s, state %10s\n", st.Name, st.Count, groupDigits(st.Params), b(st.WorkBytes), b(st.StateBytes))
+	}
+	fmt.Fprintf(w, "\ndevice: %s %s\n", b(s.DeviceBytes), fits(s.DeviceBytes, budget))
+	fmt.Fprintf(w, "  largest stage's weights, twice (double buffer)  %10s\n", b(s.DeviceWeightBytes))
+	fmt.Fprintf(w, "  its float32 gradients                           %10s\n", b(s.DeviceGradientBytes))
+	fmt.Fprintf(w, "  largest stage program's working memory          %10s\n", b(s.WorkBytes))
+	where := "every block's input kept for the backward pass   "
+	if s.KeptOnHost {
+		where = "three stages' inputs (the rest on the host)      "
+	}
+	fmt.Fprintf(w, "  %s%10s\n", where, b(s.KeptInputBytes))
+	fmt.Fprintf(w, "host: %s %s\n", b(s.HostBytes), fits(s.HostBytes, host))
+	fmt.Fprintf(w, "  float32 master weights                          %10s\n", b(s.MasterBytes))
+	fmt.Fprintf(w, "  optimizer state                                 %10s\n", b(s.StateBytes))
+	fmt.Fprintf(w, "  float32 gradients                               %10s\n", b(s.HostGradientBytes))
+	if s.KeptOnHost {
+		fmt.Fprintf(w, "  kept block inputs                               %10s\n", b(s.HostKeptBytes))
+	}
+	fmt.Fprintf(w, "\nstep: about %.3f s, bound by %s\n", s.Seconds, s.Bound)
+	fmt.Fprintf(w, "  device compute  %9.3f s  (%.3g FLOPs)\n", s.ComputeSeconds, float64(s.FLOPs))
+	fmt.Fprintf(w, "  transfers       %9.3f s  (%s to the device, %s back, at %.0f GB/s per direction)\n", s.TransferSeconds,
+		b(s.BytesToDevice), b(s.BytesToHost), s.BusBytesPerSec/1e9)
+	fmt.Fprintf(w, "  host update     %9.3f s  (%.3g parameters/s)\n", s.HostSeconds, s.HostParamsPerSec)
+}
+
+func stageCount(s plan.Streamed) int {
+	n := 0
+	for _, st := range s.Stages {
+		n += st.Count
+	}
+	return n
+}
+
+// planStreamed answers plan --offload params: the run's streamed step against the device budget
+// and the host's.
+func planStreamed(w io.Writer, s *setup, sf *streamFlags, budgetText string, rate plan.Throughput, asJSON bool) error {
+	budget, err := parseBytes(budgetText)
+	if err != nil {
+		return fmt.Errorf("--budget: %w", err)
+	}
+	host, err := sf.hostBudget()
+	if err != nil {
+		return err
+	}
+	so, err := sf.options(rate)
+	if err != nil {
+		return err
+	}
+	so.DeviceBudget = budget
+	config, err := s.config()
+	if err != nil {
+		return err
+	}
+	backend, spec, err := s.newBackend()
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	est, err := plan.EstimateStreamed(backend, config, so)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(w, struct {
+			Config          string        `json:"config"`
+			Backend         string        `json:"backend"`
+			BudgetBytes     int64         `json:"budget_bytes"`
+			HostBudgetBytes int64         `json:"host_budget_bytes"`
+			Fits            bool          `json:"fits"`
+			Streamed        plan.Streamed `json:"streamed"`
+		}{describe(config), spec.String(), budget, host, est.DeviceBytes <= budget && est.HostBytes <= host, est})
+	}
+	fmt.Fprintf(w, "plan for %s, streamed\nbudget %s on the device, %s on the host; time from FLOPs at %g (f32) / %g (bf16) TFLOP/s\n\n",
+		describe(config), ograph.FormatBytes(budget), ograph.FormatBytes(host), rate.Float32, rate.BFloat16)
+	writeStreamed(w, est, budget, host)
+	return nil
+}
+
+// memoryStreamed answers memory --offload params: the streamed step's device and host bytes,
+// against --budget and --host when given.
+func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[string]bool, budgetText string) error {
+	if err := notApplicable(set, "the streamed estimate builds its stage programs itself", "stock-gradients", "dump-hlo", "residuals", "timeline", "lr", "seed"); err != nil {
+		return err
+	}
+	var budget, host int64
+	var err error
+	if budgetText != "" {
+		if budget, err = parseBytes(budgetText); err != nil {
+			return fmt.Errorf("--budget: %w", err)
+		}
+	}
+	if set["host"] {
+		if host, err = sf.hostBudget(); err != nil {
+			return err
+		}
+	}
+	so, err := sf.options(plan.A5000)
+	if err != nil {
+		return err
+	}
+	so.DeviceBudget = budget
+	config, err := o.config()
+	if err != nil {
+		return err
+	}
+	backend, spec, err := o.newBackend()
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	est, err := plan.EstimateStreamed(backend, config, so)
+	if err != nil {
+		return err
+	}
+	if o.asJSON {
+		return writeJSON(w, struct {
+			Backend         string        `json:"backend"`
+			Model           string        `json:"model"`
+			Offload         string        `json:"offload"`
+			Params          int64         `json:"params"`
+			BudgetBytes     int64         `json:"budget_bytes,omitempty"`
+			HostBudgetBytes int64         `json:"host_budget_bytes,omitempty"`
+			Streamed        plan.Streamed `json:"streamed"`
+		}{spec.String(), describe(config), "params", est.Params, budget, host, est})
+	}
+	fmt.Fprintf(w, "%s\non %s\n\n", describe(config), spec)
+	writeStreamed(w, est, budget, host)
+	return nil
+}

@@ -1,0 +1,426 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/remat"
+	"github.com/onegpu/onegpu/train"
+)
+
+// The streamed run's estimate (--offload params, issue 27): the device holds one stage's weights
+// twice (the one computing, the next arriving) in the compute dtype, that stage's float32
+// gradient accumulator, the largest stage program's working memory and the inputs every block
+// keeps for the backward pass; the host holds the float32 master weights, the optimizer's state
+// and the float32 gradients. Each part comes from the stage programs themselves, built (never
+// run) and analyzed like a whole step (graph.Analyze): the embedding, one block (every block has
+// the same shapes) and the head.
+
+// StageEstimate is one kind of stage of a streamed step.
+type StageEstimate struct {
+	// Name is "embed", "block" or "head"; Count how many of it the model has.
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+	// Params are its trainable parameters, SharedParams those of them an earlier stage has too
+	// (the head's tied embedding); StateBytes the optimizer state of its own parameters (built by
+	// the run's optimizer on them).
+	Params       int64 `json:"params"`
+	SharedParams int64 `json:"shared_params,omitempty"`
+	StateBytes   int64 `json:"state_bytes"`
+	// WorkBytes is the most its programs allocate above their arguments (graph.Analyze's
+	// PeakTempBytes: activations, recomputation, the float32 gradients they return), per
+	// micro-batch; FLOPs its forward and backward FLOPs per micro-batch (the backward recomputes
+	// the forward).
+	WorkBytes int64 `json:"work_bytes"`
+	FLOPs     int64 `json:"flops"`
+}
+
+// Streamed is the estimate of a streamed step: device and host memory apart, the traffic between
+// them and the step time each part sets.
+type Streamed struct {
+	Stages []StageEstimate `json:"stages"`
+	Params int64           `json:"params"`
+	// The device: the largest stage's weights twice in the compute dtype (double buffering), its
+	// float32 gradient accumulator, the largest stage program's working memory, and the block
+	// inputs kept for the backward pass (every block's and the head's, for the whole batch, in the
+	// compute dtype).
+	StageWeightBytes    int64 `json:"stage_weight_bytes"`
+	DeviceWeightBytes   int64 `json:"device_weight_bytes"`
+	DeviceGradientBytes int64 `json:"device_gradient_bytes"`
+	WorkBytes           int64 `json:"work_bytes"`
+	KeptInputBytes      int64 `json:"kept_input_bytes"`
+	DeviceBytes         int64 `json:"device_bytes"`
+	// KeptOnHost says the kept inputs live in host memory (HostKeptBytes): they did not fit
+	// StreamOptions.DeviceBudget, and the device keeps three stages' inputs (the running stage's
+	// input and output, the next one in flight).
+	KeptOnHost    bool  `json:"kept_on_host,omitempty"`
+	HostKeptBytes int64 `json:"host_kept_bytes,omitempty"`
+	// The host: float32 master weights, the optimizer's state, float32 gradients (all of a step's:
+	// the streamed executor updates after the last gradients arrived, as the loss scale's atomic
+	// skip and the global-norm clip need them all).
+	MasterBytes       int64 `json:"master_bytes"`
+	StateBytes        int64 `json:"state_bytes"`
+	HostGradientBytes int64 `json:"host_gradient_bytes"`
+	HostBytes         int64 `json:"host_bytes"`
+	// Traffic per step: weights to the device (each stage's forward and backward; the head's once)
+	// and float32 gradients back.
+	BytesToDevice int64 `json:"bytes_to_device"`
+	BytesToHost   int64 `json:"bytes_to_host"`
+	StepTime
+}
+
+// StepTime is a streamed step's time from its parts: the device's compute and the transfers
+// (which overlap), then the host's update (see stepTime); Bound names the largest part.
+type StepTime struct {
+	FLOPs            int64   `json:"flops"`
+	ComputeSeconds   float64 `json:"compute_seconds"`
+	TransferSeconds  float64 `json:"transfer_seconds"`
+	HostSeconds      float64 `json:"host_update_seconds"`
+	Seconds          float64 `json:"step_seconds"`
+	Bound            string  `json:"bound"`
+	BusBytesPerSec   float64 `json:"bus_bytes_per_second"`
+	HostParamsPerSec float64 `json:"host_params_per_second"`
+}
+
+// Bounds of StepTime.Bound.
+const (
+	BoundCompute    = "device compute"
+	BoundBus        = "host-device transfers"
+	BoundHostUpdate = "host update"
+)
+
+// PCIe5Bandwidth is a PCIe 5.0 x16 link's practical rate per direction, in bytes per second
+// (64 GB/s raw): the default host-device bandwidth of a streamed plan.
+const PCIe5Bandwidth = 55e9
+
+// DefaultHostRates are host update rates in parameters per second by optimizer name, measured
+// with `onegpu bench --grid host` on the XLA CPU client of a 2-core machine (CI's): the default
+// of a streamed plan. A host with more cores and memory channels updates faster: measure yours and
+// give it (StreamOptions.HostRate, plan --host-rate).
+var DefaultHostRates = map[string]float64{"adam": 4.4e8, "adamw": 4.4e8, "adam8bit": 5.1e7, "adafactor": 1.15e8}
+
+// StreamOptions are what a streamed step's time depends on besides the model.
+type StreamOptions struct {
+	// Throughput is the device's (FLOPs at the compute dtype's rate).
+	Throughput Throughput
+	// Bandwidth is the host-device rate per direction in bytes per second; 0 is PCIe5Bandwidth.
+	Bandwidth float64
+	// HostRate is the host update's rate in parameters per second; 0 is DefaultHostRates' figure
+	// for the run's optimizer.
+	HostRate float64
+	// DeviceBudget, when positive, is the device memory the step may use: when the kept block
+	// inputs make the step larger, they go to the host (Streamed.KeptOnHost) and cross the bus
+	// both ways.
+	DeviceBudget int64
+}
+
+// EstimateStreamed estimates config's step run streamed (train.OffloadParams; config.Offload is
+// not read): it builds, without running, the stage programs of config.Model (a staged model: GPT,
+// Llama) at config's micro-batch, policy, remat, attention and cross-entropy, and the optimizer's
+// update of each stage's variables for its state. Nothing is allocated on backend.
+func EstimateStreamed(backend backends.Backend, config train.Config, o StreamOptions) (Streamed, error) {
+	m, ok := config.Model.(train.Staged)
+	if !ok {
+		return Streamed{}, fmt.Errorf("--offload params: %T does not run as stages (train.Staged: an embedding, blocks, a head); stream a GPT", config.Model)
+	}
+	if err := o.Throughput.Validate(); err != nil {
+		return Streamed{}, err
+	}
+	if o.Bandwidth == 0 {
+		o.Bandwidth = PCIe5Bandwidth
+	}
+	if !(o.Bandwidth > 0) || o.Bandwidth > 1e15 {
+		return Streamed{}, fmt.Errorf("a host-device bandwidth of %g bytes/s: give a positive rate up to 1 PB/s", o.Bandwidth)
+	}
+	opt := optimizerOf(config)
+	if o.HostRate == 0 {
+		name := strings.SplitN(opt.String(), "(", 2)[0]
+		rate, ok := DefaultHostRates[name]
+		if !ok {
+			return Streamed{}, fmt.Errorf("no measured host update rate for optimizer %s: measure it (onegpu bench --grid host) and give it (--host-rate)", opt)
+		}
+		o.HostRate = rate
+	}
+	if !(o.HostRate > 0) || o.HostRate > 1e15 {
+		return Streamed{}, fmt.Errorf("a host update rate of %g parameters/s: give a positive rate", o.HostRate)
+	}
+	b := stageBuilder{backend: backend, config: config, model: m, micro: config.Batch / max(config.MicroBatches, 1)}
+	stages, x, err := b.stages()
+	if err != nil {
+		return Streamed{}, err
+	}
+	return combine(config, stages, x, o), nil
+}
+
+// combine adds the stages up.
+func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o StreamOptions) Streamed {
+	compute := computeDType(config)
+	k := int64(max(config.MicroBatches, 1))
+	s := Streamed{Stages: stages}
+	var largestParams int64
+	for _, st := range stages {
+		n := int64(st.Count)
+		s.Params += n * (st.Params - st.SharedParams)
+		s.StateBytes += n * st.StateBytes
+		largestParams = max(largestParams, st.Params)
+		s.WorkBytes = max(s.WorkBytes, st.WorkBytes)
+		s.FLOPs += n * k * st.FLOPs
+		uploads := int64(2) // forward and backward
+		if st.Name == "head" {
+			uploads = 1 // one program: forward and backward
+		}
+		s.BytesToDevice += n * uploads * st.Params * int64(compute.Size())
+	}
+	s.StageWeightBytes = largestParams * int64(compute.Size())
+	s.DeviceWeightBytes = 2 * s.StageWeightBytes
+	s.DeviceGradientBytes = 4 * largestParams
+	// Every block's input and the head's, for the whole batch: x is one micro-batch's.
+	s.KeptInputBytes = int64(stages[1].Count+1) * k * int64(x.Memory())
+	s.DeviceBytes = s.DeviceWeightBytes + s.DeviceGradientBytes + s.WorkBytes + s.KeptInputBytes
+	s.MasterBytes = 4 * s.Params
+	s.HostGradientBytes = 4 * s.Params // the update waits for every stage's gradients
+	s.BytesToHost = 4 * s.Params
+	if onDevice := 3 * k * int64(x.Memory()); o.DeviceBudget > 0 && s.DeviceBytes > o.DeviceBudget && s.KeptInputBytes > onDevice {
+		s.KeptOnHost, s.HostKeptBytes = true, s.KeptInputBytes
+		s.BytesToHost += s.KeptInputBytes   // the forward sends them
+		s.BytesToDevice += s.KeptInputBytes // the backward brings them back
+		s.DeviceBytes += onDevice - s.KeptInputBytes
+		s.KeptInputBytes = onDevice
+	}
+	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes + s.HostKeptBytes
+	s.StepTime = stepTime(s.FLOPs, compute, s.BytesToDevice, s.BytesToHost, s.Params, o)
+	return s
+}
+
+// stepTime is the time each part of a streamed step takes. The transfers overlap the device's
+// compute (the next stage's weights arrive while a stage computes); the host's update follows the
+// backward pass (the streamed executor applies it once every gradient arrived), so it adds. The
+// step's bound is the largest of the three.
+func stepTime(flops int64, compute dtypes.DType, toDevice, toHost, params int64, o StreamOptions) StepTime {
+	tflops := o.Throughput.Float32
+	if compute == dtypes.BFloat16 || compute == dtypes.Float16 {
+		tflops = o.Throughput.BFloat16
+	}
+	t := StepTime{FLOPs: flops, BusBytesPerSec: o.Bandwidth, HostParamsPerSec: o.HostRate,
+		ComputeSeconds:  float64(flops) / (tflops * 1e12),
+		TransferSeconds: float64(max(toDevice, toHost)) / o.Bandwidth, // each direction has its own lanes
+		HostSeconds:     float64(params) / o.HostRate}
+	t.Seconds = max(t.ComputeSeconds, t.TransferSeconds) + t.HostSeconds
+	switch longest := max(t.ComputeSeconds, t.TransferSeconds, t.HostSeconds); longest {
+	case t.HostSeconds:
+		t.Bound = BoundHostUpdate
+	case t.TransferSeconds:
+		t.Bound = BoundBus
+	default:
+		t.Bound = BoundCompute
+	}
+	return t
+}
+
+// computeDType is the run's compute dtype (float32 when the policy says none).
+func computeDType(c train.Config) dtypes.DType {
+	if c.Policy.Compute == dtypes.InvalidDType {
+		return dtypes.Float32
+	}
+	return c.Policy.Compute
+}
+
+// stageBuilder builds a staged model's stage programs for analysis.
+type stageBuilder struct {
+	backend backends.Backend
+	config  train.Config
+	model   train.Staged
+	micro   int
+}
+
+// optimizerOf is the run's optimizer: Config.Optimizer, or the tutorial's Adam.
+func optimizerOf(c train.Config) optim.Optimizer {
+	if c.Optimizer == nil {
+		return optim.Adam().Done()
+	}
+	return c.Optimizer
+}
+
+// setForModel sets ctx for the model's stages as the trainer does for its step: the policy, remat,
+// attention and cross-entropy.
+func (b stageBuilder) setForModel(ctx *context.Context, g *graph.Graph) {
+	ctx.SetTraining(g, true)
+	mixed.SetPolicy(ctx, b.config.Policy)
+	remat.SetBlocks(ctx, remat.With(b.config.Remat.Policy), b.config.Remat.Kinds...)
+	layers.SetAttention(ctx, b.config.Attention)
+	layers.SetCrossEntropy(ctx, b.config.CrossEntropy)
+}
+
+// stages returns the embedding's, a block's and the head's estimates, and a block's input shape
+// (one micro-batch). The three are built in one context, so that a weight the embedding and the
+// head share (tied embeddings) is one variable: counted in each stage's weights (each uploads it),
+// once in the model's parameters and state.
+func (b stageBuilder) stages() ([]StageEstimate, shapes.Shape, error) {
+	ctx := context.New().Checked(false)
+	batch := b.model.InputShapes(b.micro)
+	// The embedding: tokens in, x out; backward: the cotangent of x in, the weights' gradients out.
+	var x shapes.Shape
+	embed, embedVars, err := b.analyze(ctx, "embed", batch, func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
+		y := b.model.EmbedStage(ctx, in)
+		x = y.Shape()
+		return y, nil
+	})
+	if err != nil {
+		return nil, x, err
+	}
+	block, blockVars, err := b.analyze(ctx, "block", []shapes.Shape{x}, func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
+		return b.model.BlockStage(ctx.In(b.model.BlockScope(0)), in[0]), in
+	})
+	if err != nil {
+		return nil, x, err
+	}
+	block.Count = b.model.Blocks()
+	head, headVars, err := b.analyze(ctx, "head", append([]shapes.Shape{x}, batch...), func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
+		loss, _ := b.model.HeadStage(ctx, in[0], in[1:])
+		return graph.ConvertDType(loss.Sum, dtypes.Float32), in[:1]
+	})
+	if err != nil {
+		return nil, x, err
+	}
+	if block.StateBytes, err = b.stateBytes(ctx, blockVars); err != nil {
+		return nil, x, err
+	}
+	// The head's own variables (not the embedding's) carry the head's parameters and state.
+	var own []*context.Variable
+	for _, v := range headVars {
+		if !slices.Contains(embedVars, v) {
+			own = append(own, v)
+		}
+	}
+	if embed.StateBytes, err = b.stateBytes(ctx, embedVars); err != nil {
+		return nil, x, err
+	}
+	if head.StateBytes, err = b.stateBytes(ctx, own); err != nil {
+		return nil, x, err
+	}
+	head.SharedParams = head.Params - countParams(own)
+	return []StageEstimate{embed, block, head}, x, nil
+}
+
+// countParams is the elements of vars.
+func countParams(vars []*context.Variable) int64 {
+	var n int64
+	for _, v := range vars {
+		n += int64(v.Shape().Size())
+	}
+	return n
+}
+
+// analyze builds stage's forward (fn: its output and the inputs it differentiates besides its
+// weights) and backward (the forward recomputed, the output's cotangent in for a non-scalar
+// output, the gradients out) programs, and the optimizer's update of its variables, and returns
+// their estimate (its state bytes are the caller's: stateBytes) and its trainable variables.
+func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes.Shape,
+	fn func(ctx *context.Context, in []*graph.Node) (out *graph.Node, wrt []*graph.Node)) (StageEstimate, []*context.Variable, error) {
+	e := StageEstimate{Name: name, Count: 1}
+	var outShape shapes.Shape
+	fwd, err := ograph.ContextProgram(b.backend, ctx, name+"_forward", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		b.setForModel(ctx, in[0].Graph())
+		out, _ := fn(ctx, in)
+		outShape = out.Shape()
+		return []*graph.Node{out}
+	})
+	if err != nil {
+		return e, nil, fmt.Errorf("the %s stage's forward program: %w", name, err)
+	}
+	fm := ograph.Analyze(fwd)
+	fwd.Graph.Finalize()
+	scalar := outShape.IsScalar()
+	bwdInputs := inputs
+	if !scalar {
+		bwdInputs = append(append([]shapes.Shape{}, inputs...), outShape)
+	}
+	var trainable []*context.Variable
+	bwd, err := ograph.ContextProgram(b.backend, ctx, name+"_backward", bwdInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		g := in[0].Graph()
+		b.setForModel(ctx, g)
+		data := in
+		if !scalar {
+			data = in[:len(in)-1]
+		}
+		out, wrt := fn(ctx, data)
+		loss := out
+		if !scalar {
+			loss = graph.ReduceAllSum(graph.Mul(graph.ConvertDType(out, dtypes.Float32), graph.ConvertDType(in[len(in)-1], dtypes.Float32)))
+		}
+		trainable = trainable[:0]
+		var values []*graph.Node
+		for v := range ctx.IterVariables() {
+			if v.Trainable && v.InUseByGraph(g) {
+				trainable = append(trainable, v)
+				values = append(values, v.ValueGraph(g))
+			}
+		}
+		grads := graph.Gradient(loss, append(append([]*graph.Node{}, wrt...), values...)...)
+		outs := []*graph.Node{loss}
+		for i, gr := range grads {
+			if i >= len(wrt) {
+				gr = graph.ConvertDType(gr, ograph.WideDType(gr.DType()))
+			}
+			outs = append(outs, gr)
+		}
+		return outs
+	})
+	if err != nil {
+		return e, nil, fmt.Errorf("the %s stage's backward program: %w", name, err)
+	}
+	bm := ograph.Analyze(bwd)
+	bwd.Graph.Finalize()
+	e.WorkBytes = max(fm.PeakTempBytes, bm.PeakTempBytes)
+	e.FLOPs = fm.FLOPs + bm.FLOPs
+	if name == "head" {
+		e.FLOPs = bm.FLOPs // one program: the forward is the backward's
+	}
+	e.Params = countParams(trainable)
+	return e, trainable, nil
+}
+
+// stateBytes builds the run's optimizer's update of vars in ctx and returns the bytes of the
+// variables it creates (its state: moments, codes and scales, counters).
+func (b stageBuilder) stateBytes(ctx *context.Context, vars []*context.Variable) (int64, error) {
+	if len(vars) == 0 {
+		return 0, nil
+	}
+	before := map[*context.Variable]bool{}
+	for v := range ctx.IterVariables() {
+		before[v] = true
+	}
+	opt := optimizerOf(b.config)
+	p, err := ograph.ContextProgram(b.backend, ctx, "state", []shapes.Shape{shapes.Make(dtypes.Float32)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		g := in[0].Graph()
+		grads := make([]*graph.Node, len(vars))
+		for i, v := range vars {
+			v.ValueGraph(g)
+			grads[i] = graph.BroadcastToDims(graph.ConvertDType(in[0], ograph.WideDType(v.DType())), v.Shape().Dimensions...)
+		}
+		opt.UpdateGraphWithGradients(ctx, grads, dtypes.Float32)
+		return []*graph.Node{graph.MulScalar(in[0], 1)}
+	})
+	if err != nil {
+		return 0, err
+	}
+	p.Graph.Finalize()
+	var bytes int64
+	for v := range ctx.IterVariables() {
+		if !before[v] {
+			bytes += int64(v.Shape().Memory())
+		}
+	}
+	return bytes, nil
+}

@@ -1,0 +1,284 @@
+package plan_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/train"
+)
+
+// TestStreamedTinyGPT: the streamed estimate's parts of the tiny GPT (hidden 64, 2 layers, MLP ×4,
+// sequence 64, vocabulary 256, batch 16 in 4 micro-batches, bf16 compute) against numbers counted
+// by hand and against the whole step's variables.
+func TestStreamedTinyGPT(t *testing.T) {
+	backend := testkit.Embedded()
+	config, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plan.EstimateStreamed(backend, config, plan.StreamOptions{Throughput: plan.A5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const h, seq, vocab, layers = 64, 64, 256, 2
+	// By hand: the token and position embeddings; per block two LayerNorms (gain and offset), the
+	// attention's qkv and output projections and the MLP's two layers, all with biases; the head's
+	// LayerNorm and output layer.
+	embed := vocab*h + seq*h
+	block := 2*2*h + (h*3*h + 3*h) + (h*h + h) + (h*4*h + 4*h) + (4*h*h + h)
+	head := 2*h + h*vocab + vocab
+	want := map[string]int64{"embed": int64(embed), "block": int64(block), "head": int64(head)}
+	for _, st := range s.Stages {
+		if st.Params != want[st.Name] {
+			t.Errorf("stage %s: %d parameters, want %d", st.Name, st.Params, want[st.Name])
+		}
+		// Adam: two float32 moments per parameter, and the step counters once.
+		if extra := st.StateBytes - 8*st.Params; extra < 0 || extra > 64 {
+			t.Errorf("stage %s: %d bytes of Adam state for %d parameters", st.Name, st.StateBytes, st.Params)
+		}
+	}
+	total := int64(embed + layers*block + head)
+	if s.Params != total || s.Params != wholeStepParams(t, config) {
+		t.Errorf("%d parameters, want %d (and the whole step's %d)", s.Params, total, wholeStepParams(t, config))
+	}
+	if s.Stages[1].Count != layers {
+		t.Errorf("%d blocks, want %d", s.Stages[1].Count, layers)
+	}
+	largest := int64(max(embed, block, head))
+	checks := []struct {
+		name      string
+		got, want int64
+	}{
+		{"stage weights (bf16)", s.StageWeightBytes, 2 * largest},
+		{"device weights (double buffer)", s.DeviceWeightBytes, 4 * largest},
+		{"device gradients (float32)", s.DeviceGradientBytes, 4 * largest},
+		// every block's input and the head's, batch 16 × 64 tokens × 64, bf16
+		{"kept inputs", s.KeptInputBytes, (layers + 1) * 16 * seq * h * 2},
+		{"device", s.DeviceBytes, s.DeviceWeightBytes + s.DeviceGradientBytes + s.WorkBytes + s.KeptInputBytes},
+		{"masters", s.MasterBytes, 4 * total},
+		{"host gradients", s.HostGradientBytes, 4 * total},
+		{"host", s.HostBytes, s.MasterBytes + s.StateBytes + s.HostGradientBytes},
+		// weights down twice (forward, backward) but the head's once, in bf16; gradients up in float32
+		{"to device", s.BytesToDevice, 2 * (2*int64(embed+layers*block) + int64(head))},
+		{"to host", s.BytesToHost, 4 * total},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: %d bytes, want %d", c.name, c.got, c.want)
+		}
+	}
+	if s.WorkBytes <= 0 || s.FLOPs <= 0 {
+		t.Errorf("working memory %d, FLOPs %d", s.WorkBytes, s.FLOPs)
+	}
+	if s.KeptOnHost {
+		t.Errorf("kept inputs on the host without a device budget")
+	}
+}
+
+// TestStreamedKeptOnHost: a device budget below the small GPT's streamed step (4 blocks: 5 kept
+// inputs) moves the kept inputs to the host, which sends them back for the backward pass; three
+// stages' stay on the device.
+func TestStreamedKeptOnHost(t *testing.T) {
+	backend := testkit.Embedded()
+	config, err := plan.Defaults("gpt", "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := plan.StreamOptions{Throughput: plan.A5000}
+	s, err := plan.EstimateStreamed(backend, config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.DeviceBudget = s.DeviceBytes - 1
+	tight, err := plan.EstimateStreamed(backend, config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := int64(s.KeptInputBytes / 5) // the batch's input of one stage
+	if !tight.KeptOnHost || tight.KeptInputBytes != 3*input || tight.HostKeptBytes != s.KeptInputBytes ||
+		tight.DeviceBytes != s.DeviceBytes-2*input || tight.BytesToHost != s.BytesToHost+s.KeptInputBytes ||
+		tight.BytesToDevice != s.BytesToDevice+s.KeptInputBytes || tight.HostBytes != s.HostBytes+s.KeptInputBytes {
+		t.Errorf("kept inputs on the host: %+v\nwant from %+v", tight, s)
+	}
+}
+
+// wholeStepParams counts the trainable parameters of config's whole step (its program's
+// trainable parameters).
+func wholeStepParams(t *testing.T, config train.Config) int64 {
+	t.Helper()
+	e, err := train.New(testkit.Embedded(), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Graph.Finalize()
+	var n int64
+	for _, node := range p.Graph.Nodes() {
+		if p.Trainable[node.Id()] {
+			n += int64(node.Shape().Size())
+		}
+	}
+	return n
+}
+
+// TestStreamedState: the optimizer's host state per parameter: Adam 8 bytes, 8-bit Adam about 2
+// (codes, and a float32 scale per block of 2048; small tensors keep float32 moments), Adafactor a
+// fraction of a byte on the tutorial GPT's factored matrices.
+func TestStreamedState(t *testing.T) {
+	backend := testkit.Embedded()
+	config, err := plan.Defaults("gpt", "tutorial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		opt      optim.Optimizer
+		low, top float64
+	}{
+		{"adam", optim.Adam().Done(), 8, 8.0001},
+		{"adam8bit", optim.Adam8bit().Done(), 2, 2.05},
+		{"adafactor", optim.Named("adafactor", optim.Adafactor().Done()), 0, 0.1},
+	} {
+		config.Optimizer = c.opt
+		s, err := plan.EstimateStreamed(backend, config, plan.StreamOptions{Throughput: plan.A5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perParam := float64(s.StateBytes) / float64(s.Params); perParam < c.low || perParam > c.top {
+			t.Errorf("%s: %.4f bytes of state per parameter, want %g..%g", c.name, perParam, c.low, c.top)
+		}
+		if s.Params != 155_877_376 {
+			t.Errorf("%s: %d parameters, want the tutorial GPT's 155,877,376", c.name, s.Params)
+		}
+	}
+}
+
+// TestStreamedStepTime: the step is the longer of compute and transfers, plus the host's update;
+// the bound is the largest part.
+func TestStreamedStepTime(t *testing.T) {
+	config, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := testkit.Embedded()
+	base, err := plan.EstimateStreamed(backend, config, plan.StreamOptions{Throughput: plan.A5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.HostParamsPerSec != plan.DefaultHostRates["adam"] || base.BusBytesPerSec != plan.PCIe5Bandwidth {
+		t.Errorf("default rates: %+v", base.StepTime)
+	}
+	for _, c := range []struct {
+		name  string
+		o     plan.StreamOptions
+		bound string
+	}{
+		{"slow host", plan.StreamOptions{HostRate: 1}, plan.BoundHostUpdate},
+		{"slow bus", plan.StreamOptions{HostRate: 1e15, Bandwidth: 1}, plan.BoundBus},
+		{"slow device", plan.StreamOptions{HostRate: 1e15, Bandwidth: 1e15, Throughput: plan.Throughput{Float32: plan.MinTFLOPs, BFloat16: plan.MinTFLOPs}}, plan.BoundCompute},
+	} {
+		if c.o.Throughput == (plan.Throughput{}) {
+			c.o.Throughput = plan.A5000
+		}
+		s, err := plan.EstimateStreamed(backend, config, c.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tflops := c.o.Throughput.BFloat16 // the tiny preset computes in bf16
+		if config.Policy.Compute != dtypes.BFloat16 {
+			t.Fatalf("the tiny preset computes in %s", config.Policy.Compute)
+		}
+		compute := float64(s.FLOPs) / (tflops * 1e12)
+		bus := float64(max(s.BytesToDevice, s.BytesToHost)) / s.BusBytesPerSec
+		host := float64(s.Params) / s.HostParamsPerSec
+		if s.ComputeSeconds != compute || s.TransferSeconds != bus || s.HostSeconds != host || s.Seconds != max(compute, bus)+host {
+			t.Errorf("%s: %+v, want compute %g, bus %g, host %g", c.name, s.StepTime, compute, bus, host)
+		}
+		if s.Bound != c.bound {
+			t.Errorf("%s: bound %q, want %q", c.name, s.Bound, c.bound)
+		}
+	}
+}
+
+// TestStreamedRefuses: a model that does not run as stages, and rates that cannot be.
+func TestStreamedRefuses(t *testing.T) {
+	backend := testkit.Embedded()
+	mlp, err := plan.Defaults("mlp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.EstimateStreamed(backend, mlp, plan.StreamOptions{Throughput: plan.A5000}); err == nil || !strings.Contains(err.Error(), "does not run as stages") {
+		t.Errorf("the MLP streamed: %v", err)
+	}
+	gpt, err := plan.Defaults("gpt", "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []plan.StreamOptions{{Throughput: plan.A5000, Bandwidth: -1}, {Throughput: plan.A5000, HostRate: -5}, {}} {
+		if _, err := plan.EstimateStreamed(backend, gpt, o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	gpt.Optimizer = optim.Named("sgd", optim.Adam().Done())
+	if _, err := plan.EstimateStreamed(backend, gpt, plan.StreamOptions{Throughput: plan.A5000}); err == nil || !strings.Contains(err.Error(), "--host-rate") {
+		t.Errorf("an optimizer without a measured rate: %v", err)
+	}
+}
+
+// TestLargestStreamedGPT: the streamed search's answer fits both budgets and the next size of the
+// family does not; at 24 GiB and a 128 GiB host Adam is bounded by the host's 16 bytes a parameter
+// (masters, two moments, gradients) and 8-bit Adam (about 10) reaches more parameters.
+func TestLargestStreamedGPT(t *testing.T) {
+	backend := testkit.Embedded()
+	base, err := plan.Defaults("gpt", "tutorial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget, host = 24 << 30, 128 << 30
+	var params []int64
+	for _, opts := range plan.StreamedTechniques {
+		row, err := plan.LargestStreamed(backend, base, plan.ScaledGPTs(), budget, host, opts, plan.StreamOptions{Throughput: plan.A5000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !row.Fits || row.Memory > budget || row.HostMemory > host || row.Options.Offload != "params" || row.Step == nil {
+			t.Fatalf("%s: %+v", opts.Name, row)
+		}
+		n := row.Hidden / 128
+		next := base
+		next.Model = models.GPT{Config: plan.ScaledGPT(n + 1)}
+		next.Optimizer, _ = optim.ByName(opts.Optimizer, optim.Settings{})
+		fitsNext := false
+		for _, v := range []plan.Variant{{Compute: "bfloat16", Remat: "block", MicroBatches: 4}, {Compute: "bfloat16", Remat: "block", MicroBatches: 1}} {
+			c, err := v.Apply(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := plan.EstimateStreamed(backend, c, plan.StreamOptions{Throughput: plan.A5000, DeviceBudget: budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fitsNext = fitsNext || s.DeviceBytes <= budget && s.HostBytes <= host
+		}
+		if fitsNext {
+			t.Errorf("%s: the next size (scale %d) fits too", opts.Name, n+1)
+		}
+		params = append(params, row.Params)
+	}
+	// Adam: 16 bytes a parameter on the host, so at most 128 GiB / 16.
+	if params[0] > host/16 || params[0] < 7_000_000_000 {
+		t.Errorf("Adam: %d parameters", params[0])
+	}
+	if params[1] <= params[0] {
+		t.Errorf("8-bit Adam: %d parameters, no more than Adam's %d", params[1], params[0])
+	}
+}
