@@ -107,6 +107,13 @@ func (m Llama) String() string {
 	return s + ")"
 }
 
+// SameModel reports whether c and o describe the same model, whatever the sequence length each
+// trains at and their descriptions.
+func (c LlamaConfig) SameModel(o LlamaConfig) bool {
+	c.SeqLen = o.SeqLen
+	return sameLlamaShape(c, o)
+}
+
 // sameLlamaShape reports whether two configs describe the same model (Description aside).
 func sameLlamaShape(a, b LlamaConfig) bool {
 	a.Description, b.Description = "", ""

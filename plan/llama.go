@@ -14,15 +14,18 @@ func init() {
 // preset the tiny GPT's (16 sequences in 4 micro-batches, peak 3e-3, remat of MLP and attention);
 // the published shapes one sequence of 2048 tokens per micro-batch, 4 per batch, remat of whole
 // layers (what fits a 24 GiB card with Llama-3.2-1B's 128,256-token logits) at a peak of 3e-4.
-var llamaRuns = map[string]struct {
-	batch, microBatches int
-	peak                float64
-	remat               []string
-}{
+var llamaRuns = map[string]llamaDefaults{
 	"tiny":           {16, 4, 3e-3, []string{models.KindMLP, models.KindAttention}},
 	"tinyllama-1.1b": {4, 4, 3e-4, []string{models.KindBlock}},
 	"llama-3.2-1b":   {4, 4, 3e-4, []string{models.KindBlock}},
 	"llama-3.1-8b":   {4, 4, 3e-4, []string{models.KindBlock}},
+}
+
+// llamaDefaults are a Llama preset's run sizes.
+type llamaDefaults struct {
+	batch, microBatches int
+	peak                float64
+	remat               []string
 }
 
 func llamaRun(preset string) (train.Config, error) {
@@ -30,15 +33,31 @@ func llamaRun(preset string) (train.Config, error) {
 	if err != nil {
 		return train.Config{}, err
 	}
+	return llamaRunOf(c, llamaRuns[preset])
+}
+
+// LlamaRun is the default run of the Llama of config c (read from a Hugging Face config.json, for
+// instance): that of the preset of its shape (models.LlamaConfig.SameModel) when one is, else the
+// published presets' (4 sequences in 4 micro-batches, remat of whole layers, peak 3e-4), at c's
+// sequence length.
+func LlamaRun(c models.LlamaConfig) (train.Config, error) {
+	r := llamaRuns["llama-3.2-1b"]
+	for _, name := range models.LlamaPresetNames() {
+		if models.LlamaPresets[name].SameModel(c) {
+			r = llamaRuns[name]
+		}
+	}
+	return llamaRunOf(c, r)
+}
+
+func llamaRunOf(c models.LlamaConfig, r llamaDefaults) (train.Config, error) {
 	m, err := models.NewLlama(c)
 	if err != nil {
 		return train.Config{}, err
 	}
 	run := LanguageRun(m)
-	if r, ok := llamaRuns[preset]; ok {
-		run.Batch, run.MicroBatches, run.Schedule = r.batch, r.microBatches, TutorialSchedule(r.peak)
-		run.Remat = train.Remat{Kinds: r.remat}
-	}
+	run.Batch, run.MicroBatches, run.Schedule = r.batch, r.microBatches, TutorialSchedule(r.peak)
+	run.Remat = train.Remat{Kinds: r.remat}
 	return run, nil
 }
 

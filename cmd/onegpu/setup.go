@@ -37,6 +37,9 @@ type setup struct {
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
 	fs                                                            *flag.FlagSet
+	// base, when set, is the run the flags apply to instead of the model's preset's (train
+	// --init-hf: the shape of a checkpoint's config.json).
+	base func() (train.Config, error)
 }
 
 func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
@@ -133,7 +136,12 @@ func (s *setup) config() (train.Config, error) {
 		}
 		preset = ""
 	}
-	if c, err = family.Run(preset); err != nil {
+	if s.base != nil {
+		c, err = s.base()
+	} else {
+		c, err = family.Run(preset)
+	}
+	if err != nil {
 		return c, err
 	}
 	if err := s.applyChunking(&c, family, set); err != nil {
@@ -287,6 +295,9 @@ func batchData(c train.Config, name string) (data.Data, error) {
 		return data.NewClassifierBatch(c.Batch, m.Config.Inputs, m.Config.Classes, c.Seed)
 	case train.LanguageModel:
 		seqLen, vocab := m.TokenShape()
+		if strings.HasSuffix(name, ".npy") {
+			return data.ReadTokens(name, c.Batch, seqLen, vocab, c.Seed)
+		}
 		switch name {
 		case "text":
 			if vocab < 256 {
@@ -296,7 +307,7 @@ func batchData(c train.Config, name string) (data.Data, error) {
 		case "synthetic":
 			return data.NewSyntheticTokens(c.Batch, seqLen, vocab, c.Seed)
 		}
-		return nil, fmt.Errorf("unknown --data %q: use text or synthetic", name)
+		return nil, fmt.Errorf("unknown --data %q: use text, synthetic or a FILE.npy of token ids [sequences, length]", name)
 	}
 	return nil, fmt.Errorf("the CLI has no data for the model %v: train it from Go with data of your own (train.Trainer.Run)", c.Model)
 }

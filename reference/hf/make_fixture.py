@@ -3,6 +3,7 @@
     python make_fixture.py make [OUT]               # writes the fixtures below into OUT (default hf/testdata)
     python make_fixture.py compare EXPORTED FIXTURE # loads a folder onegpu exported into transformers and
                                                     # compares its logits with FIXTURE's (e.g. hf/testdata/llama3_untied)
+    python make_fixture.py loss FOLDER TOKENS.npy    # transformers' mean next-token cross-entropy of the ids
 
 Each fixture is a folder that save_pretrained wrote (config.json, safetensors weights) and, beside
 it, FIXTURE.logits.safetensors with "tokens" (int64 [batch, seq]) and transformers' float32
@@ -79,6 +80,16 @@ def make(out):
               f"logits {list(logits.shape)} in [{logits.min():.3f}, {logits.max():.3f}]")
 
 
+def loss(folder, tokens_npy):
+    """Prints transformers' mean next-token cross-entropy of the token ids [batch, seq] in
+    tokens_npy under the checkpoint in folder (float32), as onegpu eval --json does."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokens = torch.from_numpy(np.load(tokens_npy).astype(np.int64))
+    with torch.no_grad():
+        mean = model(tokens, labels=tokens).loss
+    print(json.dumps({"loss": float(mean), "tokens": int(tokens.shape[0] * (tokens.shape[1] - 1))}))
+
+
 def compare(exported, fixture):
     ref = load_file(fixture.rstrip("/") + ".logits.safetensors")
     model = AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32).eval()
@@ -95,5 +106,7 @@ if __name__ == "__main__":
         make(sys.argv[2] if len(sys.argv) == 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"))
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "loss":
+        loss(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

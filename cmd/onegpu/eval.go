@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/data"
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+)
+
+func init() {
+	register(command{
+		name:    "eval",
+		summary: "the mean next-token cross-entropy of a Hugging Face Llama checkpoint on token ids (.npy)",
+		run:     func(args []string) error { return runEval(args, os.Stdout) },
+	})
+}
+
+// evalReport is what `onegpu eval` prints: the mean cross-entropy of predicting each token of the
+// file's sequences from the ones before it, and the number of tokens predicted.
+type evalReport struct {
+	Loss    float64 `json:"loss"`
+	Tokens  int64   `json:"tokens"`
+	Model   string  `json:"model"`
+	Policy  string  `json:"policy"`
+	Backend string  `json:"backend"`
+}
+
+func runEval(args []string, w io.Writer) error {
+	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--backend SPEC] [--json]")
+	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama")
+	tokensFile := fs.String("tokens", "", ".npy of token ids [sequences, length], int32 or int64; each sequence's tokens after the first are predicted")
+	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
+	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
+	backendText := fs.String("backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
+	asJSON := fs.Bool("json", false, `print {"loss": ..., "tokens": N, ...} as one JSON object`)
+	if err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *tokensFile == "" {
+		return fmt.Errorf("eval needs --hf DIR (a Hugging Face Llama checkpoint) and --tokens FILE.npy (token ids [sequences, length])")
+	}
+	if *batch < 1 {
+		return fmt.Errorf("--batch %d: evaluate at least 1 sequence at a time", *batch)
+	}
+	policy, err := mixed.ParsePolicy(*policyText)
+	if err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	c, err := hf.ReadConfig(*dir)
+	if err != nil {
+		return err
+	}
+	ids, err := data.ReadTokens(*tokensFile, 1, 1, c.Vocab, 0)
+	if err != nil {
+		return err
+	}
+	if ids.Length()-1 > c.MaxPositions {
+		return fmt.Errorf("--tokens %s: sequences of %d tokens: the model reads at most %d positions (max_position_embeddings)", *tokensFile, ids.Length(), c.MaxPositions)
+	}
+	c.SeqLen = ids.Length() - 1
+	m, err := models.NewLlama(c)
+	if err != nil {
+		return err
+	}
+	spec, err := ograph.ResolveBackend(*backendText)
+	if err != nil {
+		return err
+	}
+	backend, err := ograph.NewBackend(spec.String())
+	if err != nil {
+		return err
+	}
+	defer backend.Finalize()
+	if err := policy.Validate(backend); err != nil {
+		return err
+	}
+	ctx := context.New()
+	if err := hf.LoadWeights(ctx, *dir, c, policy.Param); err != nil {
+		return err
+	}
+	mixed.SetPolicy(ctx, policy)
+	// Reuse: every variable must come from the checkpoint; one it lacks is an error, not a fresh
+	// random weight.
+	exec, err := context.NewExec(backend, ctx.Reuse(), func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
+		sum, count := m.CrossEntropy(ctx, tokens, labels, nil)
+		return []*graph.Node{sum, count}
+	})
+	if err != nil {
+		return err
+	}
+	defer exec.Finalize()
+	var sum, count float64
+	for from := 0; from < ids.Rows(); from += *batch {
+		var outs []*tensors.Tensor
+		if err := ograph.CatchPanic(func() {
+			in := ids.Sequences(from, min(from+*batch, ids.Rows()))
+			var err error
+			if outs, err = exec.Exec(in[0], in[1]); err != nil {
+				panic(err)
+			}
+		}); err != nil {
+			return fmt.Errorf("evaluating sequences %d to %d: %w", from, min(from+*batch, ids.Rows())-1, err)
+		}
+		sum += float64(tensors.MustCopyFlatData[float32](outs[0])[0])
+		count += float64(tensors.MustCopyFlatData[float32](outs[1])[0])
+	}
+	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: m.String(), Policy: policy.String(), Backend: spec.String()}
+	if *asJSON {
+		return writeJSON(w, r)
+	}
+	fmt.Fprintf(w, "loss %.6f over %d tokens (%d sequences of %s)\nmodel %s\npolicy %s, backend %s\n", r.Loss, r.Tokens, ids.Rows(), *tokensFile, r.Model, r.Policy, r.Backend)
+	return nil
+}

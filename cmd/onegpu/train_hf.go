@@ -1,0 +1,113 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/train/checkpoint"
+)
+
+// hfRun is what train's Hugging Face flags ask: start from a checkpoint's weights (--init-hf),
+// write the trained model as one (--export-hf).
+type hfRun struct {
+	initDir, exportDir string
+	config             models.LlamaConfig // config.json of initDir
+}
+
+func (h *hfRun) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.initDir, "init-hf", "", "start from the weights of this Hugging Face Llama checkpoint (config.json and safetensors); the model's shape\ncomes from config.json (implies --model llama; a --preset must be that shape) (default: the seed's weights)")
+	fs.StringVar(&h.exportDir, "export-hf", "", "after training, write the Llama to this folder as a Hugging Face checkpoint that transformers loads\n(config.json, model.safetensors or shards; checked before training) (default: none)")
+}
+
+// prepare reads --init-hf's config.json and makes it the run's model, before the setup flags are
+// read into a config: --model must be llama (or left out) and a --preset the same shape.
+func (h *hfRun) prepare(s *setup, set map[string]bool) error {
+	if h.initDir == "" {
+		return nil
+	}
+	c, err := hf.ReadConfig(h.initDir)
+	if err != nil {
+		return fmt.Errorf("--init-hf: %w", err)
+	}
+	if set["model"] && s.model != "llama" {
+		return fmt.Errorf("--init-hf %s holds a Llama; --model %s cannot take its weights: use --model llama, or leave --model out", h.initDir, s.model)
+	}
+	s.model = "llama"
+	if set["preset"] {
+		p, err := models.LlamaPreset(s.preset)
+		if err != nil {
+			return err
+		}
+		if !p.SameModel(c) {
+			return fmt.Errorf("--preset %s is not the model of %s/config.json:\n  preset:      %s\n  config.json: %s\nleave --preset out: --init-hf takes the shape from config.json",
+				s.preset, h.initDir, models.Llama{Config: p}, models.Llama{Config: c})
+		}
+	}
+	h.config = c
+	s.base = func() (train.Config, error) { return plan.LlamaRun(c) }
+	return nil
+}
+
+// check refuses --export-hf for a model that is not a Llama or a folder that cannot be written,
+// before any training.
+func (h *hfRun) check(c train.Config) error {
+	if h.exportDir == "" {
+		return nil
+	}
+	if _, ok := c.Model.(models.Llama); !ok {
+		return fmt.Errorf("--export-hf writes a Llama as a Hugging Face checkpoint; the model is %v: use --model llama", c.Model)
+	}
+	return checkOutputFolder("export-hf", h.exportDir)
+}
+
+// load fills the trainer's context with --init-hf's weights, in the policy's parameter dtype,
+// unless the run resumes from a checkpoint, whose weights it continues from.
+func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Writer) error {
+	if h.initDir == "" {
+		return nil
+	}
+	if store != nil && store.ResumeFrom != "" {
+		if progress != nil {
+			fmt.Fprintf(progress, "the run resumes from %s: its weights, not --init-hf's\n", store.Dir())
+		}
+		return nil
+	}
+	m := t.Config.Model.(models.Llama)
+	err := t.SetWeights(func(ctx *context.Context) error {
+		return hf.LoadWeights(ctx, h.initDir, m.Config, t.Config.Policy.Param)
+	})
+	if err != nil {
+		return fmt.Errorf("--init-hf: %w", err)
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "weights from %s\n", h.initDir)
+	}
+	return nil
+}
+
+// export writes the trained Llama to --export-hf: bfloat16 tensors when the parameters are
+// bfloat16, float32 otherwise; --init-hf's tokenizer and generation files come along.
+func (h *hfRun) export(t *train.Trainer, progress io.Writer) error {
+	if h.exportDir == "" {
+		return nil
+	}
+	opts := hf.ExportOptions{DType: dtypes.Float32, From: h.initDir}
+	if t.Config.Policy.Param == dtypes.BFloat16 {
+		opts.DType = dtypes.BFloat16
+	}
+	if err := hf.Export(t.Ctx, h.exportDir, t.Config.Model.(models.Llama).Config, opts); err != nil {
+		return fmt.Errorf("--export-hf: %w", err)
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "%-22s %s (Hugging Face, %s)\n", "exported", h.exportDir, opts.DType)
+	}
+	return nil
+}

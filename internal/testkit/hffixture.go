@@ -1,0 +1,82 @@
+package testkit
+
+import (
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/onegpu/onegpu/hf/safetensors"
+)
+
+// HFFixture is a committed tiny random Llama saved by transformers (reference/hf/make_fixture.py,
+// in hf/testdata), with its tokens [Batch, Seq] and transformers' float32 logits for them.
+type HFFixture struct {
+	Dir        string // the checkpoint folder
+	Tokens     []int64
+	Batch, Seq int
+	Logits     []float32 // [Batch, Seq, vocab]
+}
+
+// ReadHFFixture reads hf/testdata/NAME and NAME.logits.safetensors, from any package's tests.
+func ReadHFFixture(t testing.TB, name string) HFFixture {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(here), "..", "..", "hf", "testdata", name)
+	f, err := safetensors.Open(dir + ".logits.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	info, _ := f.Tensor("tokens")
+	raw, err := f.ReadTensor("tokens")
+	if err != nil || info.DType != safetensors.I64 || len(info.Shape) != 2 {
+		t.Fatalf("tokens %+v: %v", info, err)
+	}
+	r := HFFixture{Dir: dir, Batch: int(info.Shape[0]), Seq: int(info.Shape[1])}
+	for i := 0; i < len(raw); i += 8 {
+		r.Tokens = append(r.Tokens, int64(binary.LittleEndian.Uint64(raw[i:])))
+	}
+	if raw, err = f.ReadTensor("logits"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(raw); i += 4 {
+		r.Logits = append(r.Logits, math.Float32frombits(binary.LittleEndian.Uint32(raw[i:])))
+	}
+	return r
+}
+
+// CrossEntropy is the mean next-token cross-entropy of the fixture's tokens under transformers'
+// logits, in float64 (position j's logits predict token j+1), and the number of tokens predicted.
+func (r HFFixture) CrossEntropy() (loss float64, tokens int) {
+	vocab := len(r.Logits) / len(r.Tokens)
+	for b := range r.Batch {
+		for j := range r.Seq - 1 {
+			row := r.Logits[(b*r.Seq+j)*vocab : (b*r.Seq+j+1)*vocab]
+			top := math.Inf(-1)
+			for _, v := range row {
+				top = math.Max(top, float64(v))
+			}
+			sum := 0.0
+			for _, v := range row {
+				sum += math.Exp(float64(v) - top)
+			}
+			loss += math.Log(sum) + top - float64(row[r.Tokens[b*r.Seq+j+1]])
+			tokens++
+		}
+	}
+	return loss / float64(tokens), tokens
+}
+
+// NextTokens are the fixture's tokens as a language model's batch: inputs, each sequence without
+// its last token, and labels, without its first, [Batch, Seq-1] int32.
+func (r HFFixture) NextTokens() (inputs, labels []int32) {
+	for b := range r.Batch {
+		for j := range r.Seq - 1 {
+			inputs = append(inputs, int32(r.Tokens[b*r.Seq+j]))
+			labels = append(labels, int32(r.Tokens[b*r.Seq+j+1]))
+		}
+	}
+	return inputs, labels
+}

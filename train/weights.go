@@ -1,0 +1,24 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/ml/context"
+)
+
+// SetWeights starts the run from weights of one's own instead of the seed's: load fills the
+// context the step reads and updates (e.g. hf.LoadWeights of a published checkpoint, which creates
+// the model's variables under their names), and the first step finds them there, creating only
+// what load left out (the optimizer's state). It must come before the first step, of a run that
+// starts at step 0: a run that resumes from a checkpoint takes its weights from the checkpoint.
+func (t *Trainer) SetWeights(load func(ctx *context.Context) error) error {
+	if t.started {
+		return fmt.Errorf("set weights: the trainer has already run a step")
+	}
+	if err := load(t.Ctx); err != nil {
+		return err
+	}
+	// The step's graph finds the variables instead of creating them, as after Initialize.
+	t.Ctx = t.Ctx.Checked(false)
+	return nil
+}
