@@ -6,14 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
 )
 
 // TestPlanStreamed: plan and memory with --offload params report the streamed step's device and
 // host bytes against the budgets, with the step's time and bound.
 func TestPlanStreamed(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(ograph.EnvPlugin, "")
 	var out bytes.Buffer
-	if err := runPlan([]string{"--preset", "tiny", "--offload", "params", "--budget", "1GiB", "--host", "1GiB", "--json"}, &out); err != nil {
+	if err := runPlan([]string{"--preset", "tiny", "--offload", "params", "--budget", "1GiB", "--host", "1GiB", "--backend", "go", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var p struct {
@@ -28,7 +31,7 @@ func TestPlanStreamed(t *testing.T) {
 		t.Errorf("plan --offload params: %s", out.String())
 	}
 	out.Reset()
-	if err := runMemory([]string{"--model", "gpt", "--preset", "tiny", "--offload", "params", "--budget", "2MiB", "--host", "1GiB"}, &out); err != nil {
+	if err := runMemory([]string{"--model", "gpt", "--preset", "tiny", "--offload", "params", "--budget", "2MiB", "--host", "1GiB", "--backend", "go"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"137,216 parameters in 4 stages", "device: 2.2 MiB does NOT fit 2.0 MiB", "host: 2.1 MiB fits 1.0 GiB", "bound by"} {
@@ -41,8 +44,10 @@ func TestPlanStreamed(t *testing.T) {
 // TestPlanLargestStreamed: plan --largest lists the streamed rows after the tutorial's two, with
 // "offload": "params" and their optimizer, each larger than every on-device answer.
 func TestPlanLargestStreamed(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(ograph.EnvPlugin, "")
 	var out bytes.Buffer
-	if err := runPlan([]string{"--largest", "--budget", "24GiB", "--host", "128GiB", "--json"}, &out); err != nil {
+	if err := runPlan([]string{"--largest", "--budget", "24GiB", "--host", "128GiB", "--backend", "go", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var r struct {
@@ -68,6 +73,8 @@ func TestPlanLargestStreamed(t *testing.T) {
 
 // TestStreamFlagsRefused: the streamed flags where nothing streams, and values that cannot be.
 func TestStreamFlagsRefused(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(ograph.EnvPlugin, "")
 	for _, c := range []struct {
 		run  func([]string, *bytes.Buffer) error
 		args []string
