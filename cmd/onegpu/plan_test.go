@@ -120,11 +120,11 @@ func TestPlanLargestBounded(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
 	var out bytes.Buffer
-	if err := runPlan([]string{"--largest", "--budget", "1TiB", "--json"}, &out); err != nil {
+	if err := runPlan([]string{"--largest", "--budget", "1TiB", "--host", "1TiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var r struct{ Largest []plan.Largest }
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Largest) != 2 {
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Largest) != 4 { // and the two streamed rows
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	for _, row := range r.Largest {
