@@ -36,6 +36,13 @@ var compareSets = map[string][]string{
 		"--model gpt --preset tiny --policy params=float32,compute=bfloat16,output=float32 --remat mlp,attn --microbatches 4",
 		"--model gpt --preset tiny --policy float32 --remat block --microbatches 4",
 	},
+	// llama: the tiny Llama (models.py's Flax Llama on the JAX side), in float32 and with the
+	// techniques, seconds each.
+	"llama": {
+		"--model llama --preset tiny --policy float32 --remat none --microbatches 1",
+		"--model llama --preset tiny --policy params=float32,compute=bfloat16,output=float32 --remat mlp,attn --microbatches 4",
+		"--model llama --preset tiny --policy float32 --remat block --microbatches 4",
+	},
 	// gpu: the tutorial's 155,877,376-parameter GPT, as the tutorial trains it and without its
 	// techniques, and the MLP of Part 1.1.
 	"gpu": {
@@ -97,11 +104,11 @@ func (l *compareFlagList) String() string     { return strings.Join(*l, "; ") }
 func (l *compareFlagList) Set(s string) error { *l = append(*l, s); return nil }
 
 func runCompare(args []string, w, progress io.Writer) error {
-	fs := newFlagSet("compare", `[--configs cpu|gpu] [--config "FLAGS"]... [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
+	fs := newFlagSet("compare", `[--configs cpu|llama|gpu] [--config "FLAGS"]... [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
 	var o compareOptions
 	var custom compareFlagList
 	fs.Var(&custom, "config", `one configuration, written with train's flags, e.g. "--model gpt --preset tiny --policy float32 --remat none --microbatches 1" (repeatable; replaces --configs) (default: the set --configs names)`)
-	fs.StringVar(&o.set, "configs", "cpu", "the set of configurations: cpu (tiny GPT and MLP, seconds each) or gpu (the tutorial's GPT and MLP)")
+	fs.StringVar(&o.set, "configs", "cpu", "the set of configurations: cpu (tiny GPT and MLP, seconds each), llama (the tiny Llama, seconds each) or gpu (the tutorial's GPT and MLP)")
 	fs.IntVar(&o.steps, "steps", 10, "train steps per configuration, on each side")
 	fs.StringVar(&o.optimizer, "optimizer", "adam", "the optimizer of both sides, for the configurations that name none: adam, adamw or adafactor, against optax's of the same name "+
 		"(8-bit Adam has no optax counterpart)")
@@ -162,7 +169,7 @@ func runCompare(args []string, w, progress io.Writer) error {
 	if len(o.configs) == 0 {
 		set, ok := compareSets[o.set]
 		if !ok {
-			return fmt.Errorf("unknown --configs %q: use cpu or gpu, or give --config", o.set)
+			return fmt.Errorf("unknown --configs %q: use cpu, llama or gpu, or give --config", o.set)
 		}
 		o.configs = set
 	}

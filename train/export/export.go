@@ -32,10 +32,11 @@ import (
 // Reference is the description of an exported run, written as config.json next to the weights
 // and the batches. Field names are those reference/jax/tutorial.py reads.
 type Reference struct {
-	// Model is "gpt" or "mlp".
+	// Model is "gpt", "mlp" or "llama".
 	Model      string               `json:"model"`
 	GPT        *ReferenceGPT        `json:"gpt,omitempty"`
 	Classifier *ReferenceClassifier `json:"classifier,omitempty"`
+	Llama      *ReferenceLlama      `json:"llama,omitempty"`
 	// Batch examples (sequences) per step, split into MicroBatches equal micro-batches.
 	Batch        int `json:"batch"`
 	MicroBatches int `json:"micro_batches"`
@@ -80,6 +81,32 @@ type ReferenceGPT struct {
 	SeqLen    int     `json:"max_seq_len"`
 	Vocab     int     `json:"vocab_size"`
 	Dropout   float64 `json:"dropout_rate"`
+}
+
+// ReferenceLlama is the Llama's shape, by the keys of Hugging Face's config.json (which
+// reference/jax/models.py's llama_config reads).
+type ReferenceLlama struct {
+	Vocab          int                   `json:"vocab_size"`
+	Hidden         int                   `json:"hidden_size"`
+	Intermediate   int                   `json:"intermediate_size"`
+	Layers         int                   `json:"num_hidden_layers"`
+	Heads          int                   `json:"num_attention_heads"`
+	KVHeads        int                   `json:"num_key_value_heads"`
+	HeadDim        int                   `json:"head_dim"`
+	MaxPositions   int                   `json:"max_position_embeddings"`
+	RopeTheta      float64               `json:"rope_theta"`
+	RopeScaling    *ReferenceRopeScaling `json:"rope_scaling"`
+	NormEpsilon    float64               `json:"rms_norm_eps"`
+	TiedEmbeddings bool                  `json:"tie_word_embeddings"`
+}
+
+// ReferenceRopeScaling is Llama 3's rope_scaling as config.json writes it.
+type ReferenceRopeScaling struct {
+	Type                 string  `json:"rope_type"` // "llama3"
+	Factor               float64 `json:"factor"`
+	LowFreqFactor        float64 `json:"low_freq_factor"`
+	HighFreqFactor       float64 `json:"high_freq_factor"`
+	OriginalMaxPositions int     `json:"original_max_position_embeddings"`
 }
 
 // ReferenceClassifier is the MLP classifier's shape.
@@ -134,8 +161,21 @@ func Write(t *train.Trainer, dir string, batches data.Data, steps int) (*Referen
 		k := m.Config
 		ref.Model, ref.SoftmaxDType = "mlp", dtypeName(dtypes.Float32)
 		ref.Classifier = &ReferenceClassifier{Inputs: k.Inputs, Hidden: k.Hidden, Classes: k.Classes, Dropout: k.Dropout}
+	case models.Llama:
+		l := m.Config
+		ref.Model, ref.SoftmaxDType = "llama", dtypeName(dtypes.Float32)
+		if m.SoftmaxDType != dtypes.InvalidDType {
+			ref.SoftmaxDType = dtypeName(m.SoftmaxDType)
+		}
+		ref.Llama = &ReferenceLlama{Vocab: l.Vocab, Hidden: l.Hidden, Intermediate: l.Intermediate, Layers: l.Layers, Heads: l.Heads,
+			KVHeads: l.KVHeads, HeadDim: l.HeadDim, MaxPositions: l.MaxPositions, RopeTheta: l.RopeTheta, NormEpsilon: l.NormEpsilon,
+			TiedEmbeddings: l.TiedEmbeddings}
+		if r := l.RopeScaling; r != nil {
+			ref.Llama.RopeScaling = &ReferenceRopeScaling{Type: "llama3", Factor: r.Factor, LowFreqFactor: r.LowFreqFactor,
+				HighFreqFactor: r.HighFreqFactor, OriginalMaxPositions: r.OriginalMaxPositions}
+		}
 	default:
-		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp, not the model %T", c.Model)
+		return nil, fmt.Errorf("export: the JAX reference has the tutorial's gpt and mlp and the llama, not the model %T", c.Model)
 	}
 	switch s := c.Schedule.(type) {
 	case optim.WarmupExponentialDecaySchedule:
