@@ -76,6 +76,9 @@ type Memory struct {
 	PeakAt *graph.Node
 	// AtPeak lists the largest buffers alive at the peak, largest first (at most TopTensors).
 	AtPeak []Tensor
+	// Live lists every buffer alive at the peak, largest first (AtPeak is its head): what a
+	// breakdown finer than Kind reads (e.g. the attention scores among the activations).
+	Live []Tensor
 	// Breakdown splits PeakBytes by kind.
 	Breakdown [numKinds]int64
 	// Timeline holds the live bytes while each executed node runs (its inputs, its output, the
@@ -257,9 +260,8 @@ func Analyze(p *Program) *Memory {
 		}
 		return m.AtPeak[i].Node.Id() < m.AtPeak[j].Node.Id()
 	})
-	if len(m.AtPeak) > TopTensors {
-		m.AtPeak = m.AtPeak[:TopTensors]
-	}
+	m.Live = m.AtPeak
+	m.AtPeak = m.AtPeak[:min(len(m.AtPeak), TopTensors)]
 	return m
 }
 

@@ -1,0 +1,94 @@
+package plan
+
+import (
+	"github.com/gomlx/gomlx/backends"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/train"
+)
+
+// Part is one share of a step's estimated peak memory, named as a user thinks of it.
+type Part struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// The parts PeakParts splits a peak into, in display order.
+const (
+	PartWeights         = "weights"
+	PartGradients       = "gradients"
+	PartOptimizerState  = "optimizer state"
+	PartActivations     = "activations"
+	PartAttentionScores = "attention scores"
+	PartLogits          = "logits"
+	PartOther           = "other"
+)
+
+// PartNames lists the parts in display order.
+func PartNames() []string {
+	return []string{PartWeights, PartGradients, PartOptimizerState, PartActivations, PartAttentionScores, PartLogits, PartOther}
+}
+
+// PeakParts builds config's train step on backend (nothing runs), analyzes it and splits the
+// buffers alive at its peak into parts: the kinds of graph.Memory (weights are its parameters,
+// casts included), with two terms of a language model's activations apart — attention scores,
+// the activations with two axes of the sequence's length (plain attention's scores, softmax
+// probabilities and their gradients, [.., seq, .., seq]), and logits, the activations whose last
+// axis is the vocabulary (the output layer's logits and their gradient, whole or a chunk of
+// tokens at a time). Chunked attention's blocks of scores are smaller than the sequence on both
+// axes and count as activations. The parts sum to the estimate's PeakBytes.
+func PeakParts(backend backends.Backend, config train.Config) ([]Part, *ograph.Memory, error) {
+	trainer, err := train.New(backend, config)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := trainer.Program()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.Graph.Finalize()
+	m := ograph.Analyze(p)
+	seq, vocab := 0, 0
+	if lm, ok := config.Model.(train.LanguageModel); ok {
+		seq, vocab = lm.TokenShape()
+	}
+	bytes := map[string]int64{}
+	for _, t := range m.Live {
+		bytes[partOf(t, seq, vocab)] += t.Bytes
+	}
+	parts := make([]Part, 0, len(PartNames()))
+	for _, name := range PartNames() {
+		parts = append(parts, Part{Name: name, Bytes: bytes[name]})
+	}
+	return parts, m, nil
+}
+
+// partOf names the part buffer t belongs to; seq and vocab are 0 for a model that is not a
+// language model.
+func partOf(t ograph.Tensor, seq, vocab int) string {
+	switch t.Kind {
+	case ograph.Parameters:
+		return PartWeights
+	case ograph.Gradients:
+		return PartGradients
+	case ograph.OptimizerState:
+		return PartOptimizerState
+	case ograph.Other:
+		return PartOther
+	}
+	if t.Scratch || seq == 0 {
+		return PartActivations
+	}
+	dims := t.Node.Shape().Dimensions
+	if len(dims) > 0 && dims[len(dims)-1] == vocab {
+		return PartLogits
+	}
+	if len(dims) >= 4 && dims[len(dims)-1] == seq {
+		for _, d := range dims[:len(dims)-1] {
+			if d == seq {
+				return PartAttentionScores
+			}
+		}
+	}
+	return PartActivations
+}
