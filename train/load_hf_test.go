@@ -2,18 +2,21 @@ package train_test
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/train"
 )
 
-// TestLoadHF: the committed transformers fixture opened with LoadHF: its mean next-token loss is
-// transformers' (the fixture's float32 logits, cross-entropy in float64) within 1e-6 relative, and
+// TestLoadHF: the committed transformers fixture opened with LoadHF, its tokens read from the
+// committed .npy (the fixture's own ids: checked here): its mean next-token loss is transformers'
+// (the fixture's float32 logits, cross-entropy in float64) within 1e-6 relative, and
 // Generate's next token after each prefix of the first sequence is the argmax of transformers'
 // logits there.
 func TestLoadHF(t *testing.T) {
@@ -28,8 +31,14 @@ func TestLoadHF(t *testing.T) {
 	}
 	defer m.Close()
 	inputs, labels := fx.NextTokens()
-	batch := []*tensors.Tensor{tensors.FromFlatDataAndDimensions(inputs, fx.Batch, fx.Seq-1),
-		tensors.FromFlatDataAndDimensions(labels, fx.Batch, fx.Seq-1)}
+	ids, err := data.ReadTokens(fx.Dir+".tokens.npy", fx.Batch, fx.Seq-1, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := ids.Sequences(0, ids.Rows())
+	if got := [][]int32{tensors.MustCopyFlatData[int32](batch[0]), tensors.MustCopyFlatData[int32](batch[1])}; !slices.Equal(got[0], inputs) || !slices.Equal(got[1], labels) {
+		t.Fatalf("%s.tokens.npy holds other ids than its .logits.safetensors: %v, want %v", fx.Dir, got, [][]int32{inputs, labels})
+	}
 	loss, _, err := m.Loss(batch)
 	if err != nil {
 		t.Fatal(err)

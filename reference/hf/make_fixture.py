@@ -75,6 +75,8 @@ def make(out):
         tokens = tokens_for(spec["config"]["vocab_size"], spec["seed"])
         logits = logits_of(reloaded, tokens)
         save_file({"tokens": tokens, "logits": logits}, os.path.join(out, name + ".logits.safetensors"))
+        # The same ids as a .npy, what `onegpu eval --tokens` and `train --data` read (notebook 04).
+        np.save(os.path.join(out, name + ".tokens.npy"), tokens)
         files = sorted(os.listdir(folder))
         print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, files {files}, "
               f"logits {list(logits.shape)} in [{logits.min():.3f}, {logits.max():.3f}]")
