@@ -62,6 +62,11 @@ type Config struct {
 	// too, in host memory with the weights streamed to the device a block at a time
 	// (OffloadParams).
 	Offload Offload
+	// DeviceBudget, with Offload OffloadParams, is the most device memory a streamed step may use
+	// at once, in bytes: each stage program's memory by XLA's account plus the buffers the step
+	// keeps on the device while it runs (OffloadStats.DevicePeakBytes). A step that would use more
+	// stops with an error naming the program and the bytes. 0 sets no limit.
+	DeviceBudget int64
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
 	Devices Devices
 	// Seed fixes the initial weights, the dropout masks and the data.
@@ -247,6 +252,9 @@ func (c Config) validateChunking() error {
 // checkOffload refuses an unknown Config.Offload and the combinations the offloaded step does not
 // support.
 func (c Config) checkOffload() error {
+	if c.DeviceBudget != 0 && c.Offload != OffloadParams {
+		return fmt.Errorf("a device budget (%d bytes) with --offload %s: the budget bounds a streamed step; use --offload params, or no budget", c.DeviceBudget, c.Offload)
+	}
 	switch c.Offload {
 	case OffloadNone:
 		return nil

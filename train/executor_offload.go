@@ -38,9 +38,30 @@ type OffloadStats struct {
 	// TransferSeconds is the time spent moving them; HostSeconds the host update's time.
 	TransferSeconds float64 `json:"transfer_seconds"`
 	HostSeconds     float64 `json:"host_seconds"`
+	// Streamed says the step streamed the weights (OffloadParams). Its DeviceSeconds are the time
+	// in the stages' programs, and DevicePeakBytes the largest device footprint of the step: at
+	// a program's run, its memory by XLA's account (arguments, outputs, temporaries, code; on the
+	// embedded backend, which reports none, its arguments and outputs) plus the other buffers the
+	// step kept on the device then (stage inputs, cotangents, gradient sums).
+	Streamed        bool    `json:"streamed,omitempty"`
+	DeviceSeconds   float64 `json:"device_seconds,omitempty"`
+	DevicePeakBytes int64   `json:"device_peak_bytes,omitempty"`
 }
 
-// OffloadStats returns the last step's traffic when the optimizer is offloaded, zero otherwise.
+// Bound names what bounds a streamed step, the largest of its three sequential parts: "the bus"
+// (moving weights and gradients), "the device" (the stages' programs) or "the host update".
+func (o OffloadStats) Bound() string {
+	switch {
+	case o.TransferSeconds >= o.DeviceSeconds && o.TransferSeconds >= o.HostSeconds:
+		return "the bus"
+	case o.DeviceSeconds >= o.HostSeconds:
+		return "the device"
+	}
+	return "the host update"
+}
+
+// OffloadStats returns the last step's traffic when the optimizer or the weights are offloaded,
+// zero otherwise.
 func (t *Trainer) OffloadStats() OffloadStats {
 	if t.exec == nil {
 		return OffloadStats{}

@@ -57,6 +57,8 @@ type streamExecutor struct {
 	trainable           []*context.Variable // the host update's order (the context's)
 	hostExec            *context.Exec
 	last                OffloadStats
+	// compiled is each program's device memory by XLA's account, once known.
+	compiled map[*graph.Graph]int64
 }
 
 func (s *streamExecutor) deviceStep() accum.StepFn { return s.t.deviceGradientsFn() }
@@ -87,6 +89,7 @@ func (s *streamExecutor) start() error {
 		return fmt.Errorf("--offload params: the host engine: %w", err)
 	}
 	s.host = host
+	s.compiled = map[*graph.Graph]int64{}
 	t.Ctx = t.Ctx.Checked(false)
 	k := t.Config.microBatches()
 	rows := t.Config.Batch / k

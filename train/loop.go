@@ -209,6 +209,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			if h.Offload != nil {
 				offload.TransferSeconds /= float64(n)
 				offload.HostSeconds /= float64(n)
+				offload.DeviceSeconds /= float64(n)
 				h.Offload = &offload
 			}
 		}
@@ -232,8 +233,9 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		stats := t.OffloadStats()
 		if step == h.Resumed {
 			h.CompileSeconds = elapsed.Seconds()
-			if _, offloaded := t.exec.(*offloadExecutor); offloaded {
+			if t.Config.Offload != OffloadNone {
 				h.Offload = &stats
+				offload.DevicePeakBytes = stats.DevicePeakBytes
 			}
 		} else {
 			steady += elapsed
@@ -241,6 +243,9 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			offload.BytesToDevice, offload.BytesToHost = stats.BytesToDevice, stats.BytesToHost
 			offload.TransferSeconds += stats.TransferSeconds
 			offload.HostSeconds += stats.HostSeconds
+			offload.DeviceSeconds += stats.DeviceSeconds
+			offload.Streamed = stats.Streamed
+			offload.DevicePeakBytes = max(offload.DevicePeakBytes, stats.DevicePeakBytes)
 		}
 		h.Steps = append(h.Steps, m)
 		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
@@ -306,7 +311,12 @@ func (h *History) WriteSummary(w io.Writer) {
 	if h.StepSeconds > 0 {
 		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, perSecond(h.TokensPerSecond, cmp.Or(h.CountUnit, "examples")))
 	}
-	if o := h.Offload; o != nil {
+	if o := h.Offload; o != nil && o.Streamed {
+		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms on the device, %.1f ms host update: bound by %s\n",
+			"streamed (params)", ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.DeviceSeconds,
+			1e3*o.HostSeconds, o.Bound())
+		fmt.Fprintf(w, "%-22s %s\n", "largest device use", ograph.FormatBytes(o.DevicePeakBytes))
+	} else if o := h.Offload; o != nil {
 		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
 			ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
 	}

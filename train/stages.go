@@ -54,6 +54,9 @@ func (c Config) checkStreamed() error {
 	if p := c.Policy.Compute; p == dtypes.Float64 {
 		return fmt.Errorf("--offload params with float64 compute: the streamed loss is summed in float32; use float32 or bfloat16 compute")
 	}
+	if c.DeviceBudget < 0 {
+		return fmt.Errorf("device budget %d bytes: give a positive budget, or 0 for none", c.DeviceBudget)
+	}
 	if c.Devices.Distributed() {
 		return fmt.Errorf("--offload params with --devices %d: the streamed step feeds one device; use --devices 1", c.Devices.Count)
 	}

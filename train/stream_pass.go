@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // streamPass is one streamed step's state: the micro-batches and the kept stage inputs on the
@@ -27,9 +29,11 @@ type streamPass struct {
 	count    float32
 	metrics  [][2]float32                          // sum and count of each metric
 	grads    map[*context.Variable]*tensors.Tensor // gradient sums on the host
+	acc      []*tensors.Tensor                     // the gradient sums of the stage running backward, on the device
 	stats    OffloadStats
 	ran      *graph.Graph
 	transfer time.Duration
+	device   time.Duration
 }
 
 // forward splits the batch into micro-batches, sends them to the device and runs them through
@@ -108,7 +112,6 @@ func (p *streamPass) backward() error {
 	if err := p.bind(s.head, s.headVars); err != nil {
 		return err
 	}
-	var acc []*tensors.Tensor
 	for m := range p.k {
 		outs, err := p.call(s.head, s.head.bwd, n+1, m, false, append([]*tensors.Tensor{p.xs[n][m]}, p.mbs[m]...)...)
 		if err != nil {
@@ -126,19 +129,18 @@ func (p *streamPass) backward() error {
 		p.dxs[m] = outs[2+2*nm]
 		p.xs[n][m].FinalizeAll()
 		p.xs[n][m] = nil
-		if acc, err = accumulate(device, s.head, acc, outs[3+2*nm:]); err != nil {
+		if p.acc, err = accumulate(device, s.head, p.acc, outs[3+2*nm:]); err != nil {
 			return err
 		}
 	}
 	s.unbind(s.head)
-	if err := p.download(s.head, s.headVars, acc); err != nil {
+	if err := p.download(s.head, s.headVars); err != nil {
 		return err
 	}
 	for i := n - 1; i >= 0; i-- {
 		if err := p.bind(s.block, s.blockVars[i]); err != nil {
 			return err
 		}
-		acc = nil
 		for m := range p.k {
 			outs, err := p.call(s.block, s.block.bwd, i+1, m, true, p.xs[i][m], p.dxs[m])
 			if err != nil {
@@ -147,19 +149,18 @@ func (p *streamPass) backward() error {
 			p.dxs[m].FinalizeAll()
 			p.xs[i][m].FinalizeAll()
 			p.dxs[m], p.xs[i][m] = outs[0], nil
-			if acc, err = accumulate(device, s.block, acc, outs[1:]); err != nil {
+			if p.acc, err = accumulate(device, s.block, p.acc, outs[1:]); err != nil {
 				return err
 			}
 		}
 		s.unbind(s.block)
-		if err := p.download(s.block, s.blockVars[i], acc); err != nil {
+		if err := p.download(s.block, s.blockVars[i]); err != nil {
 			return err
 		}
 	}
 	if err := p.bind(s.embed, s.embedVars); err != nil {
 		return err
 	}
-	acc = nil
 	for m := range p.k {
 		outs, err := p.call(s.embed, s.embed.bwd, 0, m, true, append(append([]*tensors.Tensor{}, p.mbs[m]...), p.dxs[m])...)
 		if err != nil {
@@ -167,12 +168,12 @@ func (p *streamPass) backward() error {
 		}
 		p.dxs[m].FinalizeAll()
 		p.dxs[m] = nil
-		if acc, err = accumulate(device, s.embed, acc, outs); err != nil {
+		if p.acc, err = accumulate(device, s.embed, p.acc, outs); err != nil {
 			return err
 		}
 	}
 	s.unbind(s.embed)
-	return p.download(s.embed, s.embedVars, acc)
+	return p.download(s.embed, s.embedVars)
 }
 
 // update runs the host's update and returns the step's outputs as StepFn's: the loss, the
@@ -206,7 +207,7 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 		outs = append(outs, tensors.FromScalar(mt[0]/nonZero32(mt[1])))
 	}
 	outs = append(outs, tensors.FromScalar(p.count))
-	p.stats.TransferSeconds = p.transfer.Seconds()
+	p.stats.TransferSeconds, p.stats.DeviceSeconds, p.stats.Streamed = p.transfer.Seconds(), p.device.Seconds(), true
 	s.last = p.stats
 	return append(outs, hostOuts...), p.ran, nil
 }
@@ -250,11 +251,16 @@ func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backwar
 	for j, a := range args {
 		in[j] = a
 	}
+	start := time.Now()
 	outs, g, err := exec.ExecWithGraph(in...)
+	p.device += time.Since(start)
 	if err != nil {
 		return nil, err
 	}
 	p.ran = g
+	if err := p.account(st, g, args, outs); err != nil {
+		return nil, err
+	}
 	if st.rng >= 0 && p.rng != nil && !backward {
 		next, err := st.vars[st.rng].Value()
 		if err != nil {
@@ -270,9 +276,11 @@ func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backwar
 
 // download brings a stage's gradient sums to the host, adding them to those of the same
 // variables from other stages (tied weights).
-func (p *streamPass) download(st *streamStage, sources []*context.Variable, acc []*tensors.Tensor) error {
+func (p *streamPass) download(st *streamStage, sources []*context.Variable) error {
 	start := time.Now()
 	defer func() { p.transfer += time.Since(start) }()
+	acc := p.acc
+	p.acc = nil
 	for k, j := range st.trainable {
 		grad, src := acc[k], sources[j]
 		if err := grad.ToLocal(); err != nil {
@@ -343,11 +351,64 @@ func splitRows(t *tensors.Tensor, k int) ([]*tensors.Tensor, error) {
 
 // free releases what a failed step left on the device.
 func (p *streamPass) free() {
-	for _, group := range append(append([][]*tensors.Tensor{}, p.mbs...), append(p.xs, p.dxs)...) {
+	for _, group := range append(append([][]*tensors.Tensor{p.acc}, p.mbs...), append(p.xs, p.dxs)...) {
 		for _, t := range group {
 			if t != nil {
 				t.FinalizeAll()
 			}
 		}
 	}
+}
+
+// account records the device footprint at a run of st's program g on args (and st's weights),
+// which returned outs: the program's memory by XLA's account (its arguments, outputs and
+// temporaries; on the embedded backend, which gives none, its arguments and outputs) plus the
+// other buffers the step holds on the device. It returns an error when that exceeds the run's
+// device budget.
+func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tensors.Tensor) error {
+	s := p.s
+	inputs := map[*tensors.Tensor]bool{}
+	for _, a := range args {
+		inputs[a] = true
+	}
+	for _, v := range st.vars {
+		if v != nil && v.HasValue() {
+			value, _ := v.Value()
+			inputs[value] = true
+		}
+	}
+	program, ok := s.compiled[g]
+	if !ok {
+		if mem, err := ograph.CompiledMemoryOf(g); err == nil {
+			program = mem.TotalBytes()
+			s.compiled[g] = program
+		} else {
+			program = -1 // not XLA: count arguments and outputs
+		}
+	}
+	if program < 0 {
+		program = 0
+		for t := range inputs {
+			program += int64(t.Memory())
+		}
+		for _, o := range outs {
+			program += int64(o.Memory())
+		}
+	}
+	live := int64(0)
+	for _, group := range append(append([][]*tensors.Tensor{p.acc, p.dxs}, p.mbs...), p.xs...) {
+		for _, t := range group {
+			if t != nil && t.Ok() && !inputs[t] {
+				live += int64(t.Memory())
+			}
+		}
+	}
+	footprint := live + program
+	p.stats.DevicePeakBytes = max(p.stats.DevicePeakBytes, footprint)
+	if budget := s.t.Config.DeviceBudget; budget > 0 && footprint > budget {
+		return fmt.Errorf("the %s stage's program needs %s on the device (%s by XLA's account, %s of kept stage inputs, cotangents and gradient sums): "+
+			"more than the device budget, %s; use fewer or smaller micro-batches, remat inside the block, or a larger budget",
+			st.name, ograph.FormatBytes(footprint), ograph.FormatBytes(program), ograph.FormatBytes(live), ograph.FormatBytes(budget))
+	}
+	return nil
 }

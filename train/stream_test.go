@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -187,5 +188,40 @@ func TestStreamedRefuses(t *testing.T) {
 		} else {
 			t.Logf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestStreamedTrainsBeyondTheBudget: on XLA, a GPT whose float32 weights need more than the
+// device budget trains streamed within it (each program's memory by XLA's account plus the kept
+// buffers, OffloadStats.DevicePeakBytes), and a budget below one block's program stops the first
+// step with an error naming the stage.
+func TestStreamedTrainsBeyondTheBudget(t *testing.T) {
+	backend := testkit.RequireXLA(t)
+	config := streamConfig(t)
+	config.Batch, config.MicroBatches = 4, 2
+	editGPT(&config, func(g *models.GPTConfig) { *g = models.Presets["small"]; g.Layers, g.Dropout, g.SeqLen = 12, 0, 64 })
+	weights := 4 * gptOf(config).Params()
+	config.Offload, config.DeviceBudget = train.OffloadParams, weights/2
+	tr, h := runOffload(t, backend, config, 2, "")
+	defer tr.Close()
+	peak := h.Offload.DevicePeakBytes
+	t.Logf("weights %d bytes, budget %d, largest device footprint %d (%.2fx the weights)", weights, config.DeviceBudget, peak, float64(peak)/float64(weights))
+	if peak <= 0 || peak > config.DeviceBudget {
+		t.Errorf("largest device footprint %d bytes, want within the budget %d", peak, config.DeviceBudget)
+	}
+	config.DeviceBudget = peak / 4
+	small, err := train.New(backend, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	batches, err := data.NewSyntheticTokens(config.Batch, gptOf(config).SeqLen, gptOf(config).Vocab, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Step(batches.Batch(0)); err == nil || !strings.Contains(err.Error(), "device budget") {
+		t.Errorf("a budget of %d bytes: %v, want the device budget's error", config.DeviceBudget, err)
+	} else {
+		t.Log(err)
 	}
 }

@@ -27,7 +27,7 @@ func init() {
 }
 
 func runTrain(args []string, w io.Writer) error {
-	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
+	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
@@ -41,6 +41,7 @@ func runTrain(args []string, w io.Writer) error {
 	allowOtherData := fs.Bool("allow-other-data", false, "with --checkpoint, resume from a checkpoint trained on other --data (the checkpoints record the data: its content hash or parameters)")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
 	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
+	budgetText := fs.String("budget", "", "with --offload params, the most device memory the streamed step may use at once, e.g. 8GiB: each stage program's memory by XLA's account\nplus the buffers the step keeps on the device; a step that needs more stops with an error (default: no limit)")
 	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines (a non-finite loss is written as the string \"NaN\", \"+Inf\" or \"-Inf\")")
 	if err := parseArgs(fs, args); err != nil {
 		return err
@@ -77,6 +78,17 @@ func runTrain(args []string, w io.Writer) error {
 	}
 	if err := hfFlags.check(config); err != nil {
 		return err
+	}
+	if *budgetText != "" {
+		if config.DeviceBudget, err = parseBytes(*budgetText); err != nil {
+			return fmt.Errorf("--budget %s: %w", *budgetText, err)
+		}
+		if config.DeviceBudget < 1 {
+			return fmt.Errorf("--budget %s: give a positive size, e.g. 8GiB", *budgetText)
+		}
+		if err := config.Validate(); err != nil {
+			return err
+		}
 	}
 	if _, ok := config.Model.(train.LanguageModel); !ok {
 		if err := notApplicable(set, fmt.Sprintf("the %s trains on its own batch; --data chooses a language model's", s.model), "data"); err != nil {

@@ -85,6 +85,9 @@ func TestTrainChecksBeforeWork(t *testing.T) {
 		{[]string{"--keep", "3"}, "--keep does not apply: it needs --checkpoint DIR"},
 		{[]string{"--batch", "100000000"}, "this machine has"},
 		{[]string{"--checkpoint", filepath.Join(dir, "file", "sub")}, "goes through a file, not a folder"},
+		{[]string{"--budget", "1GiB"}, "the budget bounds a streamed step; use --offload params"},
+		{[]string{"--offload", "params", "--budget", "0"}, "--budget 0: \"0\" is not a size"},
+		{[]string{"--offload", "params", "--model", "mlp"}, "does not run as stages"},
 	} {
 		if c.args[0] == "--checkpoint" {
 			if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o666); err != nil {
@@ -178,5 +181,33 @@ func TestTrainGuardsTheCheckpointFolder(t *testing.T) {
 	out.Reset()
 	if err := runTrain(append([]string{"--steps", "2", "--data", "synthetic"}, tiny...), &out); err != nil || !strings.Contains(out.String(), "nothing to train") {
 		t.Errorf("--steps 2 on a checkpoint of step 2: %v\n%s", err, out.String())
+	}
+}
+
+// TestTrainStreamed: `train --offload params` streams the tiny GPT through the device and reports
+// the traffic, the time of each part, the bound and the largest device footprint (--json: the
+// history's offload object).
+func TestTrainStreamed(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runTrain([]string{"--offload", "params", "--steps", "2", "--batch", "4", "--microbatches", "2", "--budget", "64MiB", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var h train.History
+	if err := json.Unmarshal(out.Bytes(), &h); err != nil {
+		t.Fatalf("%v in %s", err, out.String())
+	}
+	if o := h.Offload; o == nil || !o.Streamed || o.BytesToDevice <= 0 || o.BytesToHost <= 0 || o.DevicePeakBytes <= 0 || o.DevicePeakBytes > 64<<20 {
+		t.Errorf("offload %+v: want a streamed step's traffic and a footprint within 64 MiB", o)
+	}
+	out.Reset()
+	if err := runTrain([]string{"--offload", "params", "--steps", "2", "--batch", "4", "--microbatches", "2"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"streamed (params)", "bound by", "largest device use"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the summary lacks %q:\n%s", want, out.String())
+		}
 	}
 }
