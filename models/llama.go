@@ -1,9 +1,6 @@
 package models
 
 import (
-	"fmt"
-	"strconv"
-
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
@@ -54,21 +51,14 @@ func (m Llama) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 
 // Hidden returns the final hidden states [batch, length, Hidden] for tokens (after the final
 // RMSNorm, in the compute dtype): Logits without the output layer, for a loss that applies Head
-// itself (one chunk of tokens at a time, for instance).
+// itself (one chunk of tokens at a time, for instance). It runs the embedding and the layers as
+// the stages of a streamed run do (llama_stages.go).
 func (m Llama) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
-	c := m.Config
-	if tokens.Rank() != 2 || !tokens.DType().IsInt() {
-		panic(fmt.Sprintf("models.Llama: tokens must be integers [batch, length], got %s", tokens.Shape()))
+	x := m.embed(ctx, tokens)
+	for i := range m.Config.Layers {
+		x = m.layer(inPath(ctx, m.BlockScope(i)), x)
 	}
-	if length := tokens.Shape().Dim(1); length > c.MaxPositions {
-		panic(fmt.Sprintf("models.Llama: sequences of %d tokens exceed the model's %d positions (LlamaConfig.MaxPositions)", length, c.MaxPositions))
-	}
-	model := ctx.In("model")
-	x := layers.Note(model.In("embed_tokens"), "Embed", layers.Lookup(model, m.embeddings(ctx, tokens.Graph()), tokens))
-	for i := range c.Layers {
-		x = m.layer(model.In("layers").In(strconv.Itoa(i)), x)
-	}
-	return layers.RMSNorm(model.In("norm"), x, c.NormEpsilon)
+	return m.finalNorm(ctx, x)
 }
 
 // Head maps hidden states [..., Hidden] (Hidden's output) to logits [..., Vocab] in the policy's

@@ -9,8 +9,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/layers"
 )
 
 // The Llama is a model the trainer trains (train.Model and train.LanguageModel): its inputs are
@@ -34,18 +32,11 @@ func (m Llama) InputShapes(batch int) []shapes.Shape {
 // train.Config.CrossEntropy) the output layer, the loss and the accuracy run a chunk of tokens at
 // a time (layers.ChunkedCrossEntropyAccuracy).
 func (m Llama) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	if len(batch) != 2 {
-		panic(fmt.Sprintf("models.Llama.Loss: the batch must be [tokens, targets], got %d inputs", len(batch)))
+	x := m.EmbedStage(ctx, batch)
+	for i := range m.Blocks() {
+		x = m.BlockStage(inPath(ctx, m.BlockScope(i)), x)
 	}
-	hidden := m.Hidden(ctx, batch[0])
-	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
-	chunk := layers.CrossEntropyOf(ctx).Chunk
-	if chunk == 0 {
-		return classification(m.Head(ctx, hidden), batch[1])
-	}
-	head := layers.Projection{Weight: m.headWeight(ctx, hidden.Graph()), ClassesFirst: true}
-	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, head, batch[1], nil, chunk)
-	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
+	return m.HeadStage(ctx, x, batch)
 }
 
 // MetricNames is "accuracy".

@@ -115,7 +115,7 @@ func (s *streamExecutor) start() error {
 		scope := s.model.BlockScope(i)
 		used, err := s.stageVariables(scope, []shapes.Shape{xShape}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
-			y := s.model.BlockStage(ctx.In(scope), in[0])
+			y := s.model.BlockStage(inScopePath(ctx, scope), in[0])
 			if !y.Shape().Equal(xShape) {
 				panic(fmt.Errorf("block %d maps %s to %s: a block keeps its input's shape", i, xShape, y.Shape()))
 			}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -17,7 +18,7 @@ import (
 //
 //	x := m.EmbedStage(ctx, batch)
 //	for i := range m.Blocks() {
-//		x = m.BlockStage(ctx.In(m.BlockScope(i)), x)
+//		x = m.BlockStage(ctx.In(...the elements of m.BlockScope(i)...), x)
 //	}
 //	return m.HeadStage(ctx, x, batch)
 //
@@ -31,14 +32,23 @@ type Staged interface {
 	EmbedStage(ctx *context.Context, batch []*graph.Node) *graph.Node
 	// Blocks is the number of blocks.
 	Blocks() int
-	// BlockScope is the scope of block i's variables, relative to the context Loss receives
-	// ("block_3" for the GPT's fourth block).
+	// BlockScope is the scope of block i's variables, relative to the context Loss receives, its
+	// elements separated by "/" ("block_3" for the GPT's fourth block, "model/layers/3" for the
+	// Llama's).
 	BlockScope(i int) string
 	// BlockStage is one block, ctx at its scope: its output has x's shape and dtype.
 	BlockStage(ctx *context.Context, x *graph.Node) *graph.Node
 	// HeadStage maps the last block's output and the micro-batch to the loss and metrics, as Loss
 	// returns them.
 	HeadStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) (accum.Mean, []accum.Mean)
+}
+
+// inScopePath returns ctx in the relative scope path (elements separated by "/": a BlockScope).
+func inScopePath(ctx *context.Context, path string) *context.Context {
+	for _, element := range strings.Split(path, context.ScopeSeparator) {
+		ctx = ctx.In(element)
+	}
+	return ctx
 }
 
 // checkStreamed refuses what a streamed run (OffloadParams) cannot do: a model that is not

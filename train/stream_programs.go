@@ -79,7 +79,7 @@ func (s *streamExecutor) rngVar() *context.Variable {
 // block 0's), or an error naming the first that does not match.
 func (s *streamExecutor) blockSources(block0 []*context.Variable, i int, used []*context.Variable) ([]*context.Variable, error) {
 	root := s.t.Ctx.InAbsPath(context.RootScope)
-	scope0, scopeI := root.In(s.model.BlockScope(0)).Scope(), root.In(s.model.BlockScope(i)).Scope()
+	scope0, scopeI := inScopePath(root, s.model.BlockScope(0)).Scope(), inScopePath(root, s.model.BlockScope(i)).Scope()
 	out := make([]*context.Variable, len(block0))
 	for j, v := range block0 {
 		scope := v.Scope()
@@ -177,12 +177,12 @@ func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 	case blockStage:
 		st.fwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
-			return []*graph.Node{m.BlockStage(ctx.Reuse().In(scope0), in[0])}
+			return []*graph.Node{m.BlockStage(inScopePath(ctx.Reuse(), scope0), in[0])}
 		})
 		if err == nil {
 			st.bwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 				t.setForModel(ctx, in[0].Graph())
-				y := m.BlockStage(ctx.Reuse().In(scope0), in[0])
+				y := m.BlockStage(inScopePath(ctx.Reuse(), scope0), in[0])
 				return st.gradients(cotangentTarget(y, in[1]), in[0])
 			})
 		}
