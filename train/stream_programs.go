@@ -135,17 +135,19 @@ func (t *Trainer) paramsToCopy() []ctxParam {
 	return out
 }
 
-// gradients returns, for the stage's trainable template variables, their gradients of target
-// (float32, or float64 for float64 variables) after the cotangents of xs.
-func (st *streamStage) gradients(target *graph.Node, xs ...*graph.Node) []*graph.Node {
+// stageGradients returns the gradients of target with respect to xs, then to the trainable
+// variables g uses, in ctx's order (a template's: its sources' order), widened (float32, float64
+// for float64 variables).
+func stageGradients(ctx *context.Context, target *graph.Node, xs ...*graph.Node) []*graph.Node {
 	g := target.Graph()
+	vars := accum.TrainableVariables(ctx, g)
 	wrt := append([]*graph.Node{}, xs...)
-	for _, j := range st.trainable {
-		wrt = append(wrt, st.vars[j].ValueGraph(g))
+	for _, v := range vars {
+		wrt = append(wrt, v.ValueGraph(g))
 	}
 	grads := graph.Gradient(target, wrt...)
-	for k, j := range st.trainable {
-		grads[len(xs)+k] = graph.ConvertDType(grads[len(xs)+k], ograph.WideDType(st.vars[j].DType()))
+	for k, v := range vars {
+		grads[len(xs)+k] = graph.ConvertDType(grads[len(xs)+k], ograph.WideDType(v.DType()))
 	}
 	return grads
 }
@@ -155,44 +157,54 @@ func cotangentTarget(y, dy *graph.Node) *graph.Node {
 	return graph.ReduceAllSum(graph.ConvertDType(graph.Mul(y, dy), dtypes.Float32))
 }
 
-// compile creates the stage's programs on the device backend. rows is the number of rows of a
-// micro-batch (axis 0), for the loss's exact normalization (as accum.Gradients).
-func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
+// programs returns the graph functions of a kind of stage: its forward (nil for the head) and
+// its backward, as the executor runs them (on a template context, Reuse: the variables exist)
+// and StreamPrograms builds them for analysis.
+func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 	t, m := s.t, s.model
-	var err error
 	scope0 := m.BlockScope(0)
 	switch kind {
 	case embedStage:
-		st.fwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
-			return []*graph.Node{m.EmbedStage(ctx.Reuse(), in)}
-		})
-		if err == nil {
-			st.bwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-				t.setForModel(ctx, in[0].Graph())
-				batch, dx := in[:len(in)-1], in[len(in)-1]
-				return st.gradients(cotangentTarget(m.EmbedStage(ctx.Reuse(), batch), dx))
-			})
+			return []*graph.Node{m.EmbedStage(ctx, in)}
+		}
+		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			t.setForModel(ctx, in[0].Graph())
+			batch, dx := in[:len(in)-1], in[len(in)-1]
+			return stageGradients(ctx, cotangentTarget(m.EmbedStage(ctx, batch), dx))
 		}
 	case blockStage:
-		st.fwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
-			return []*graph.Node{m.BlockStage(inScopePath(ctx.Reuse(), scope0), in[0])}
-		})
-		if err == nil {
-			st.bwd, err = context.NewExec(t.Backend, st.tmpl, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-				t.setForModel(ctx, in[0].Graph())
-				y := m.BlockStage(inScopePath(ctx.Reuse(), scope0), in[0])
-				return st.gradients(cotangentTarget(y, in[1]), in[0])
-			})
+			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0])}
+		}
+		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			t.setForModel(ctx, in[0].Graph())
+			y := m.BlockStage(inScopePath(ctx, scope0), in[0])
+			return stageGradients(ctx, cotangentTarget(y, in[1]), in[0])
 		}
 	case headStage:
-		st.bwd, err = context.NewExec(t.Backend, st.tmpl, s.headFn(st))
+		bwd = s.headFn()
+	}
+	return fwd, bwd
+}
+
+// compile creates the stage's programs on the device backend.
+func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
+	backend := s.t.Backend
+	fwd, bwd := s.programs(kind)
+	var err error
+	if fwd != nil {
+		st.fwd, err = context.NewExec(backend, st.tmpl.Reuse(), fwd)
+	}
+	if err == nil {
+		st.bwd, err = context.NewExec(backend, st.tmpl.Reuse(), bwd)
 	}
 	if err != nil {
 		return fmt.Errorf("--offload params: the %s stage's programs: %w", st.name, err)
 	}
-	st.add, err = graph.NewExec(t.Backend, func(in []*graph.Node) []*graph.Node {
+	st.add, err = graph.NewExec(backend, func(in []*graph.Node) []*graph.Node {
 		n := len(in) / 2
 		out := make([]*graph.Node, n)
 		for j := range n {
@@ -207,21 +219,21 @@ func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 // micro-batch (float32), then the cotangent of the head's input and the gradients of its
 // variables, of the loss sum times the exact normalization and the loss scale, as
 // accum.ScaledGradients differentiates it.
-func (s *streamExecutor) headFn(st *streamStage) accum.StepFn {
+func (s *streamExecutor) headFn() accum.StepFn {
 	t, m := s.t, s.model
 	chain := t.mustChain()
 	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
 		t.setForModel(ctx, g)
 		x, batch := in[0], in[1:]
-		loss, metrics := m.HeadStage(ctx.Reuse(), x, batch)
+		loss, metrics := m.HeadStage(ctx, x, batch)
 		f32 := func(n *graph.Node) *graph.Node { return graph.ConvertDType(n, dtypes.Float32) }
 		out := []*graph.Node{f32(loss.Sum), f32(loss.Count)}
 		for _, mt := range metrics {
 			out = append(out, f32(mt.Sum), f32(mt.Count))
 		}
 		target := chain.ScaleLoss(ctx, graph.MulScalar(f32(loss.Sum), s.norm))
-		return append(out, st.gradients(target, x)...)
+		return append(out, stageGradients(ctx, target, x)...)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -286,4 +287,46 @@ func runLlama(t *testing.T, backend backends.Backend, config train.Config) (*tra
 		t.Fatal(err)
 	}
 	return tr, h
+}
+
+// TestStreamProgramsFlatInDepth: the streamed step's programs (Trainer.StreamPrograms) are the
+// same graphs for a GPT of 2 blocks and of 6, node for node, where the whole step grows with
+// the blocks: what keeps a streamed step's compile time flat in depth.
+func TestStreamProgramsFlatInDepth(t *testing.T) {
+	nodes := func(layers int) (stream []int, whole int) {
+		config := streamConfig(t)
+		editGPT(&config, func(g *models.GPTConfig) { g.Layers = layers })
+		config.Offload = train.OffloadParams
+		tr, err := train.New(embedded(), config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		programs, err := tr.StreamPrograms()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range programs {
+			stream = append(stream, len(p.Graph.Nodes()))
+			p.Graph.Finalize()
+		}
+		config.Offload = train.OffloadNone
+		if tr, err = train.New(embedded(), config); err != nil {
+			t.Fatal(err)
+		}
+		p, err := tr.Program()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Graph.Finalize()
+		return stream, len(p.Graph.Nodes())
+	}
+	stream2, whole2 := nodes(2)
+	stream6, whole6 := nodes(6)
+	t.Logf("nodes of the embedding, block and head programs: %v at 2 and 6 blocks; whole step: %d and %d", stream2, whole2, whole6)
+	if len(stream2) != 5 || !slices.Equal(stream2, stream6) {
+		t.Errorf("streamed programs' nodes %v at 2 blocks, %v at 6: want 5 programs, the same", stream2, stream6)
+	}
+	if whole6 < 2*whole2 {
+		t.Errorf("the whole step has %d nodes at 6 blocks, %d at 2: it should grow with the blocks", whole6, whole2)
+	}
 }

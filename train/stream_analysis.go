@@ -1,0 +1,69 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
+)
+
+// StreamPrograms builds, for analysis, the device programs of the streamed step
+// (Config.Offload OffloadParams) on the trainer's backend, in a fresh context, with the graph
+// functions the streamed executor runs: the embedding's forward and backward, one block's
+// forward and backward (which every block runs) and the head's (loss and gradients in one), at
+// the run's micro-batch size. Nothing runs and the trainer's state is untouched: compile them
+// with graph.CompileProgram for XLA's memory account and the compile time of a streamed step,
+// which does not grow with the number of blocks.
+func (t *Trainer) StreamPrograms() ([]*ograph.Program, error) {
+	m, ok := t.Config.Model.(Staged)
+	if !ok {
+		return nil, fmt.Errorf("stream programs: %s does not run as stages (train.Staged)", describeModel(t.Config.Model))
+	}
+	rows := t.Config.Batch / t.Config.microBatches()
+	s := &streamExecutor{t: t, model: m, norm: lossNorm(rows)}
+	ctx := context.New().Checked(false)
+	for _, p := range t.paramsToCopy() {
+		ctx.SetParam(p.key, p.value)
+	}
+	inputs := t.Config.Model.InputShapes(rows)
+	var x shapes.Shape
+	embedFwd, embedBwd := s.programs(embedStage)
+	blockFwd, blockBwd := s.programs(blockStage)
+	_, head := s.programs(headStage)
+	build := func(name string, in []shapes.Shape, fn func(ctx *context.Context, in []*graph.Node) []*graph.Node) (*ograph.Program, error) {
+		p, err := ograph.ContextProgram(t.Backend, ctx, name, in, fn)
+		if err != nil {
+			return nil, fmt.Errorf("stream programs: %s: %w", name, err)
+		}
+		return p, nil
+	}
+	var programs []*ograph.Program
+	p, err := build("stream_embed_forward", inputs, embedFwd)
+	if err != nil {
+		return nil, err
+	}
+	x = p.Outputs[0].Shape()
+	programs = append(programs, p)
+	for _, b := range []struct {
+		name   string
+		inputs []shapes.Shape
+		fn     func(ctx *context.Context, in []*graph.Node) []*graph.Node
+	}{
+		{"stream_embed_backward", append(append([]shapes.Shape{}, inputs...), x), embedBwd},
+		{"stream_block_forward", []shapes.Shape{x}, blockFwd},
+		{"stream_block_backward", []shapes.Shape{x, x}, blockBwd},
+		{"stream_head", append([]shapes.Shape{x}, inputs...), head},
+	} {
+		if p, err = build(b.name, b.inputs, b.fn); err != nil {
+			for _, done := range programs {
+				done.Graph.Finalize()
+			}
+			return nil, err
+		}
+		programs = append(programs, p)
+	}
+	return programs, nil
+}

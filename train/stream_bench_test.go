@@ -1,0 +1,89 @@
+package train_test
+
+import (
+	"flag"
+	"testing"
+	"time"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/train"
+)
+
+var (
+	streamPreset = flag.String("stream.preset", "tiny", "BenchmarkStreamedCompile: the Llama preset")
+	streamSeq    = flag.Int("stream.seq", 0, "BenchmarkStreamedCompile: the sequence length (0: the preset's)")
+)
+
+// BenchmarkStreamedCompile builds and compiles, on XLA, a Llama preset's whole train step
+// (Trainer.Program) and its streamed step's programs (Trainer.StreamPrograms: the embedding, one
+// block, the head), batch 1, bfloat16 compute, remat of whole blocks, and reports each one's
+// building and XLA compile seconds and their ratio. The streamed programs do not grow with the
+// layers; the whole step unrolls them all. E.g.
+//
+//	go test ./train/ -run XXX -bench StreamedCompile -benchtime 1x -stream.preset llama-3.2-1b
+func BenchmarkStreamedCompile(b *testing.B) {
+	backend := testkit.RequireXLA(b)
+	c := models.LlamaPresets[*streamPreset]
+	if *streamSeq > 0 {
+		c.SeqLen = *streamSeq
+	}
+	llama, err := models.NewLlama(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
+	if err != nil {
+		b.Fatal(err)
+	}
+	config := train.Config{Model: llama, Batch: 1, Policy: policy, Remat: train.Remat{Kinds: []string{"block"}}, Offload: train.OffloadParams,
+		Schedule: optim.Constant(1e-3)}
+	tr, err := train.New(backend, config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		start := time.Now()
+		streamed, err := tr.StreamPrograms()
+		if err != nil {
+			b.Fatal(err)
+		}
+		streamBuild := time.Since(start)
+		start = time.Now()
+		for _, p := range streamed {
+			if _, err := ograph.CompileProgram(p); err != nil {
+				b.Fatal(err)
+			}
+			p.Graph.Finalize()
+		}
+		streamCompile := time.Since(start)
+
+		config.Offload = train.OffloadNone
+		whole, err := train.New(backend, config)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		p, err := whole.Program()
+		if err != nil {
+			b.Fatal(err)
+		}
+		wholeBuild := time.Since(start)
+		start = time.Now()
+		if _, err := ograph.CompileProgram(p); err != nil {
+			b.Fatal(err)
+		}
+		wholeCompile := time.Since(start)
+		p.Graph.Finalize()
+		config.Offload = train.OffloadParams
+		b.ReportMetric(streamBuild.Seconds(), "stream-build-s")
+		b.ReportMetric(streamCompile.Seconds(), "stream-compile-s")
+		b.ReportMetric(wholeBuild.Seconds(), "whole-build-s")
+		b.ReportMetric(wholeCompile.Seconds(), "whole-compile-s")
+		b.ReportMetric(streamCompile.Seconds()/wholeCompile.Seconds(), "compile-ratio")
+		b.ReportMetric((streamBuild+streamCompile).Seconds()/(wholeBuild+wholeCompile).Seconds(), "build+compile-ratio")
+	}
+}
