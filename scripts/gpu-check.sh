@@ -35,6 +35,9 @@
 #   BUDGET_S      wall-clock budget of the whole script in seconds (default 540): a step that would
 #                 not fit in what is left is skipped, and its timeout is cut to what is left
 #   STEPS         train steps per compare configuration (default 5)
+#   HOST_PLUGIN   the XLA CPU PJRT plugin the streamed run's host update runs on (default: found
+#                 in the Python's site-packages, pip install lammps-jax-pjrt-cpu; else the embedded
+#                 backend updates, slower)
 #   DRY_RUN=1     print the commands, run nothing (no GPU needed; for checking the script)
 #
 # Everything the script prints is also in $OUT/gpu-check.log; each step writes $OUT/NN-name.log
@@ -161,6 +164,17 @@ if [ -z "$PLUGIN" ]; then
 fi
 say "CUDA PJRT plugin: ${PLUGIN:-none}"
 
+if [ -z "${HOST_PLUGIN:-}" ] && [ "$DRY_RUN" != 1 ]; then
+	HOST_PLUGIN=$("$PYTHON" - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+hits = [p for r in roots for p in glob.glob(os.path.join(r, "**", "pjrt_c_api_cpu_plugin.so"), recursive=True)]
+print(sorted(hits)[0] if hits else "")
+EOF
+	)
+fi
+say "CPU PJRT plugin for the streamed run's host update: ${HOST_PLUGIN:-none (the embedded backend updates)}"
+
 if [ -z "${CUDA_DIR:-}" ]; then
 	for candidate in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(command -v ptxas 2>/dev/null || echo /nonexistent/bin/ptxas)")")"; do
 		if [ -n "$candidate" ] && [ -d "$candidate/nvvm/libdevice" ]; then
@@ -228,6 +242,12 @@ run memory-llama1b-seq8192-plain 150 "$ONEGPU" memory "${LONG[@]}" --json
 run memory-llama1b-seq8192-chunked 300 "$ONEGPU" memory "${LONG[@]}" "${CHUNKED[@]}" --json
 run train-llama1b-seq8192-plain 200 "$ONEGPU" train "${LONG[@]}" --data synthetic --steps 4 --json
 run train-llama1b-seq8192-chunked 360 "$ONEGPU" train "${LONG[@]}" "${CHUNKED[@]}" --data synthetic --steps 4 --json
+# --- beyond the device: the weights streamed from host memory (--offload params) ----------------
+# --budget 3GiB stands in for a GPU smaller than the model (this machine's host memory, not its
+# GPU, bounds what fits: the H200's 139 GiB exceed the host's 128 GiB): every stage program's
+# memory by XLA's account plus the buffers kept on the device stay under it, or the run stops.
+run train-llama-1b-streamed 240 env ${HOST_PLUGIN:+ONEGPU_HOST_PJRT_PLUGIN="$HOST_PLUGIN"} "$ONEGPU" train --model llama --preset llama-3.2-1b \
+	--backend "xla:$PLUGIN" --data synthetic --seq 1024 --batch 4 --microbatches 2 --steps 3 --offload params --budget 3GiB --json
 compare compare-tutorial-f32 200 "--model gpt --preset tutorial --policy float32 --remat none --microbatches 4"
 compare compare-tutorial-bf16 180 "--model gpt --preset tutorial $BF16 --remat none --microbatches 4"
 compare compare-mlp 90 "--model mlp"
