@@ -81,24 +81,25 @@ func MaxScale() int {
 // cuts activations).
 var leanestVariants = []Variant{{"bfloat16", "block", 4}, {"bfloat16", "block", 1}}
 
-// footprint returns the least memory of the leanest variants for model c with opts, and that
+// footprint returns the least memory of the leanest variants for the model m with opts, and that
 // variant; past int64 it returns beyond (larger than any budget).
 //
 // Without compile it is the sequential estimate, which is affine in the number of layers: every
 // block is the same, so m(L) = m(1) + (L-1)·(m(2) - m(1)) exactly (TestLargestEstimateIsAffine),
-// and two builds of one and two layers give the estimate of any depth at the cost of a small
-// model. With compile it is XLA's compiled total of the whole model, which holds no such rule:
-// each size is compiled in full.
-func footprint(backend backends.Backend, base train.Config, c models.GPTConfig, opts StateOptions, compile bool) (bytes int64, beyond bool, v Variant, err error) {
-	base.Batch = gptRuns["tutorial"].batch
+// and two builds of one and two layers (family.WithLayers) give the estimate of any depth at the
+// cost of a small model. With compile it is XLA's compiled total of the whole model, which holds no
+// such rule: each size is compiled in full.
+func footprint(backend backends.Backend, base train.Config, family Scaled, m train.Model, opts StateOptions, compile bool) (bytes int64, beyond bool, v Variant, err error) {
 	if base, err = opts.Apply(base); err != nil {
 		return 0, false, Variant{}, err
 	}
-	estimate := func(v Variant, layers int) (int64, error) {
+	layers := 0
+	if l, ok := m.(interface{ NumLayers() int }); ok && family.WithLayers != nil {
+		layers = l.NumLayers()
+	}
+	estimate := func(v Variant, sized train.Model) (int64, error) {
 		config := base
-		sized := c
-		sized.Layers = layers
-		config.Model = models.GPT{Config: sized}
+		config.Model = sized
 		config, err := v.Apply(config)
 		if err != nil {
 			return 0, err
@@ -108,70 +109,92 @@ func footprint(backend backends.Backend, base train.Config, c models.GPTConfig, 
 	}
 	found := false
 	for _, variant := range leanestVariants {
-		var m int64
+		var m0 int64
 		over := false
-		if compile || c.Layers <= 2 {
-			if m, err = estimate(variant, c.Layers); err != nil {
+		if compile || layers <= 2 {
+			if m0, err = estimate(variant, m); err != nil {
 				return 0, false, variant, err
 			}
 		} else {
-			one, err := estimate(variant, 1)
+			one, err := estimate(variant, family.WithLayers(m, 1))
 			if err != nil {
 				return 0, false, variant, err
 			}
-			two, err := estimate(variant, 2)
+			two, err := estimate(variant, family.WithLayers(m, 2))
 			if err != nil {
 				return 0, false, variant, err
 			}
-			perLayer, more := two-one, int64(c.Layers-1)
+			perLayer, more := two-one, int64(layers-1)
 			if over = perLayer > 0 && more > (math.MaxInt64-one)/perLayer; !over {
-				m = one + more*perLayer
+				m0 = one + more*perLayer
 			}
 		}
-		if !found || beyond && !over || !over && m < bytes {
-			bytes, beyond, v, found = m, over, variant, true
+		if !found || beyond && !over || !over && m0 < bytes {
+			bytes, beyond, v, found = m0, over, variant, true
 		}
 	}
 	return bytes, beyond, v, nil
 }
 
 // LargestThatFits searches ScaledGPT for the largest n (up to MaxScale) whose step fits budget
-// with opts: doubling n, then bisecting, so that it estimates about 2·log2(n) sizes (Largest's
-// Evaluations), each at the cost of a one- and a two-layer model without compile. Memory grows
-// with n, so the search is exact for the family. A budget that fits even MaxScale's model is an
-// error that says so (the budget does not bound the model). progress, when not nil, gets one line
-// per model tried.
+// with opts, at the tutorial's batch of 64: LargestOf the family ScaledGPTs.
 func LargestThatFits(backend backends.Backend, base train.Config, budget int64, opts StateOptions, compile bool, progress io.Writer) (Largest, error) {
+	base.Batch = gptRuns["tutorial"].batch
+	return LargestOf(backend, base, ScaledGPTs(), budget, opts, compile, progress)
+}
+
+// LargestOf searches family for the largest n (up to family.Max) whose step fits budget with
+// opts, at base's batch and sequence: doubling n, then bisecting, so that it estimates about
+// 2·log2(n) sizes (Largest's Evaluations), each at the cost of a one- and a two-layer model
+// without compile (when the family has WithLayers). Memory grows with n, so the search is exact
+// for the family. A budget that fits even the family's largest model is an error that says so
+// (the budget does not bound the model). progress, when not nil, gets one line per model tried.
+func LargestOf(backend backends.Backend, base train.Config, family Scaled, budget int64, opts StateOptions, compile bool, progress io.Writer) (Largest, error) {
 	row := Largest{Options: opts}
 	fits := func(n int) (bool, error) {
-		c := ScaledGPT(n)
-		row.Evaluations++
-		m, beyond, v, err := footprint(backend, base, c, opts, compile)
+		m, err := family.Model(n)
 		if err != nil {
-			return false, fmt.Errorf("GPT %d layers × %d: %w", c.Layers, c.Hidden, err)
+			return false, err
 		}
-		ok := !beyond && m <= budget
+		layers, hidden, params := scaledShape(m)
+		row.Evaluations++
+		bytes, beyond, v, err := footprint(backend, base, family, m, opts, compile)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", m, err)
+		}
+		ok := !beyond && bytes <= budget
 		if progress != nil {
-			memory := ograph.FormatBytes(m)
+			memory := ograph.FormatBytes(bytes)
 			if beyond {
 				memory = "> 8 EiB"
 			}
-			fmt.Fprintf(progress, "  %-55s %5d layers × %7d (%d params): %10s %s\n", opts.Name, c.Layers, c.Hidden,
-				c.Params(), memory, map[bool]string{true: "fits", false: "too large"}[ok])
+			fmt.Fprintf(progress, "  %-55s %5d layers × %7d (%d params): %10s %s\n", opts.Name, layers, hidden,
+				params, memory, map[bool]string{true: "fits", false: "too large"}[ok])
 		}
 		if ok {
-			row.Layers, row.Hidden, row.Params, row.Memory, row.Variant, row.Fits = c.Layers, c.Hidden, c.Params(), m, v, true
+			row.Layers, row.Hidden, row.Params, row.Memory, row.Variant, row.Fits = layers, hidden, params, bytes, v, true
+			row.Model = fmt.Sprint(m)
 		}
 		return ok, nil
 	}
-	top := MaxScale()
-	n, err := largestFitting(top, fits)
-	if err == nil && n == top {
-		c := ScaledGPT(top)
-		err = fmt.Errorf("unbounded: a budget of %s fits even the largest GPT of the tutorial's shape onegpu builds (%d layers × hidden %d, "+
-			"%d parameters; a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), c.Layers, c.Hidden, c.Params())
+	n, err := largestFitting(family.Max, fits)
+	if err == nil && n == family.Max {
+		m, _ := family.Model(family.Max)
+		err = fmt.Errorf("unbounded: a budget of %s fits even the largest model of the family onegpu builds (%s; "+
+			"a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), m)
 	}
 	return row, err // fitting probes only grow, so the row is the largest fitting one's
+}
+
+// scaledShape is the layers, width and parameters of a model of a scaled family.
+func scaledShape(m train.Model) (layers, hidden int, params int64) {
+	switch m := m.(type) {
+	case models.GPT:
+		return m.Config.Layers, m.Config.Hidden, m.Config.Params()
+	case models.Llama:
+		return m.Config.Layers, m.Config.Hidden, m.Config.Params()
+	}
+	return 0, 0, 0
 }
 
 // largestFitting returns the largest n in [1, top] for which fits holds, given that it holds for

@@ -25,11 +25,23 @@ type Scaled struct {
 	Model func(n int) (train.Model, error)
 	// Max is the largest n the family builds.
 	Max int
+	// WithLayers, when set, returns a model of the family with another number of layers, the
+	// rest the same: LargestOf then estimates a deep model from a one- and a two-layer one (the
+	// sequential estimate is affine in layers). Nil: every size is built in full.
+	WithLayers func(m train.Model, layers int) train.Model
+	// Name says what the family is, for people.
+	Name string
 }
 
 // ScaledGPTs is ScaledGPT as a Scaled family.
 func ScaledGPTs() Scaled {
-	return Scaled{Model: func(n int) (train.Model, error) { return models.GPT{Config: ScaledGPT(n)}, nil }, Max: MaxScale()}
+	return Scaled{Model: func(n int) (train.Model, error) { return models.GPT{Config: ScaledGPT(n)}, nil }, Max: MaxScale(),
+		WithLayers: func(m train.Model, layers int) train.Model {
+			g := m.(models.GPT)
+			g.Config.Layers = layers
+			return g
+		},
+		Name: "GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64)"}
 }
 
 // LargestStreamed searches family for the largest model whose streamed step (EstimateStreamed)

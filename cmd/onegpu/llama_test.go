@@ -51,9 +51,35 @@ func TestTrainLlamaTiny(t *testing.T) {
 	if first, last := r.Steps[0].Loss, r.Steps[len(r.Steps)-1].Loss; !(last < first-0.1) {
 		t.Errorf("loss %v -> %v: want a fall", first, last)
 	}
-	err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--largest"}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "plan --largest") {
-		t.Errorf("plan --largest --model llama: %v", err)
+}
+
+// TestPlanLargestLlama: plan --largest --model llama answers the largest Llama 3 of the family
+// (plan.ScaledLlamas) at the preset's sequence, with the tutorial's techniques and with 8-bit Adam
+// and the optimizer offloaded, the second at least as large; the Llama has no streamed rows.
+func TestPlanLargestLlama(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--largest", "--budget", "2GiB", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Largest []struct {
+			Model  string `json:"model"`
+			Params int64  `json:"params"`
+			Memory int64  `json:"memory_bytes"`
+			Fits   bool   `json:"fits"`
+		} `json:"largest"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if len(r.Largest) != 2 || !r.Largest[0].Fits || r.Largest[1].Params < r.Largest[0].Params || !strings.Contains(r.Largest[0].Model, "sequence 64") ||
+		r.Largest[1].Memory > 2<<30 {
+		t.Errorf("plan --largest --model llama: %+v", r.Largest)
+	}
+	if err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--devices", "2"}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "plan the gpt") {
+		t.Errorf("plan --devices 2 --model llama: %v", err)
 	}
 }
 

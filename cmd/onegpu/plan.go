@@ -96,8 +96,13 @@ func runPlan(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := base.Model.(models.GPT); !ok && (*largest || maxDevices > 1) {
-		return fmt.Errorf("--model %s: plan --largest and --devices size and split the tutorial GPT; plan the gpt", s.model)
+	_, isGPT := base.Model.(models.GPT)
+	_, isLlama := base.Model.(models.Llama)
+	if !isGPT && maxDevices > 1 {
+		return fmt.Errorf("--model %s: plan --devices splits the tutorial GPT; plan the gpt", s.model)
+	}
+	if !isGPT && !isLlama && *largest {
+		return fmt.Errorf("--model %s: plan --largest scales the tutorial GPT or Llama 3; plan the gpt or the llama", s.model)
 	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
@@ -258,19 +263,32 @@ type largestStreamed struct {
 // streamed ones (the weights in host memory, --offload params).
 func planLargest(w io.Writer, backend backends.Backend, base train.Config, budget int64, compile, asJSON bool, progress io.Writer, st largestStreamed) error {
 	var rows []plan.Largest
+	family, header := plan.ScaledGPTs(), ""
+	if l, ok := base.Model.(models.Llama); ok {
+		family = plan.ScaledLlamas(l.Config.SeqLen)
+		header = fmt.Sprintf("largest %s at sequence %d, batch %d,", family.Name, l.Config.SeqLen, base.Batch)
+	}
 	for _, opts := range []plan.StateOptions{plan.TutorialTechniques, plan.StateTechniques} {
-		row, err := plan.LargestThatFits(backend, base, budget, opts, compile, progress)
+		var row plan.Largest
+		var err error
+		if header == "" {
+			row, err = plan.LargestThatFits(backend, base, budget, opts, compile, progress)
+		} else {
+			row, err = plan.LargestOf(backend, base, family, budget, opts, compile, progress)
+		}
 		if err != nil {
 			return err
 		}
 		rows = append(rows, row)
 	}
-	for _, opts := range plan.StreamedTechniques {
-		row, err := plan.LargestStreamed(backend, base, plan.ScaledGPTs(), budget, st.host, opts, st.options, progress)
-		if err != nil {
-			return err
+	if m, _ := family.Model(1); isStaged(m) {
+		for _, opts := range plan.StreamedTechniques {
+			row, err := plan.LargestStreamed(backend, base, family, budget, st.host, opts, st.options, progress)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
 		}
-		rows = append(rows, row)
 	}
 	ratio := 0.0
 	if rows[0].Fits && rows[1].Fits {
@@ -285,8 +303,10 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 			ParamsRatio     float64        `json:"params_ratio"`
 		}{budget, st.host, memorySource(compile), rows, ratio})
 	}
-	fmt.Fprintf(w, "largest GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64) whose step fits %s\n(memory from %s):\n\n",
-		ograph.FormatBytes(budget), memorySource(compile))
+	if header == "" {
+		header = "largest GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64)"
+	}
+	fmt.Fprintf(w, "%s whose step fits %s\n(memory from %s):\n\n", header, ograph.FormatBytes(budget), memorySource(compile))
 	fmt.Fprintf(w, "  %-55s %6s %6s %16s %10s  %s\n", "options", "layers", "hidden", "parameters", "memory", "settings")
 	for i, r := range rows {
 		if i == 2 {
@@ -318,4 +338,10 @@ func describeState(s plan.StateOptions) string {
 		where = "offloaded to the host"
 	}
 	return fmt.Sprintf("%s %s (--optimizer %s --offload %s)", s.Optimizer, where, s.Optimizer, cmp.Or(s.Offload, train.OffloadNone.String()))
+}
+
+// isStaged reports whether m runs as stages (train.Staged), which a streamed run needs.
+func isStaged(m train.Model) bool {
+	_, ok := m.(train.Staged)
+	return ok
 }
