@@ -13,7 +13,10 @@
 #      single-gpu-training and legacy-2024 hand to XLA
 #   3. onegpu compare on the tutorial's GPT (155,877,376 parameters, batch 64×512, 5 steps, dropout
 #      0): bfloat16 + remat of MLP and attention + 4 micro-batches (the tutorial's setup) first
-#   4. onegpu memory of the tutorial's step on XLA (XLA's compiled account next to onegpu's estimate)
+#   4. onegpu compare on Llama-3.2-1B (1,235,814,400 parameters, one sequence of 2048 a step,
+#      bfloat16 compute, remat of whole layers): onegpu and the Flax Llama of reference/jax/models.py
+#      from the same weights, a few steps: losses, tokens/s and XLA's compiled memory side by side
+#   4b. onegpu memory of the tutorial's step on XLA (XLA's compiled account next to onegpu's estimate)
 #   5. the tutorial's GPT with 8-bit Adam and with the optimizer offloaded to the host: memory
 #      (--json: breakdown_at_peak, xla_compiled, host) and 4 train steps each (--json: step time and,
 #      offloaded, the bytes moved per step and their time under "offload")
@@ -224,6 +227,11 @@ compare() {
 
 BF16="--policy params=float32,compute=bfloat16,output=float32"
 compare compare-tutorial-bf16-remat 240 "--model gpt --preset tutorial $BF16 --remat mlp,attn --microbatches 4"
+# --- a Llama (issue 25): Llama-3.2-1B from the same random weights on both sides -----------------
+# One sequence of 2048 tokens a step in one micro-batch keeps both compiles short; the table holds
+# tokens/s and XLA's compiled memory (arguments, aliased, temporaries, total) of each side, and
+# JAX's peak_memory_in_bytes. The export of 4.9 GB of float32 weights for JAX takes ~20 s of it.
+compare compare-llama1b-bf16 300 "--model llama --preset llama-3.2-1b $BF16 --remat block --batch 1 --microbatches 1"
 run memory-tutorial 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN"
 # --- optimizer state: 8-bit Adam and host offload on the tutorial's GPT ------------------------
 run memory-tutorial-adam8bit 120 "$ONEGPU" memory --model gpt --preset tutorial --backend "xla:$PLUGIN" --optimizer adam8bit --json
