@@ -104,11 +104,13 @@ func (l *compareFlagList) String() string     { return strings.Join(*l, "; ") }
 func (l *compareFlagList) Set(s string) error { *l = append(*l, s); return nil }
 
 func runCompare(args []string, w, progress io.Writer) error {
-	fs := newFlagSet("compare", `[--configs cpu|llama|gpu] [--config "FLAGS"]... [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
+	fs := newFlagSet("compare", `[--configs cpu|llama|gpu | --model M [--preset P] | --config "FLAGS"...] [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
 	var o compareOptions
 	var custom compareFlagList
 	fs.Var(&custom, "config", `one configuration, written with train's flags, e.g. "--model gpt --preset tiny --policy float32 --remat none --microbatches 1" (repeatable; replaces --configs) (default: the set --configs names)`)
 	fs.StringVar(&o.set, "configs", "cpu", "the set of configurations: cpu (tiny GPT and MLP, seconds each), llama (the tiny Llama, seconds each) or gpu (the tutorial's GPT and MLP)")
+	model := fs.String("model", "", "run the configurations of the cpu and llama sets that train this model (gpt, llama or mlp) instead of a set (default: the set --configs names)")
+	preset := fs.String("preset", "", "with --model, the preset of its configurations (default: theirs, tiny)")
 	fs.IntVar(&o.steps, "steps", 10, "train steps per configuration, on each side")
 	fs.StringVar(&o.optimizer, "optimizer", "adam", "the optimizer of both sides, for the configurations that name none: adam, adamw or adafactor, against optax's of the same name "+
 		"(8-bit Adam has no optax counterpart)")
@@ -164,6 +166,18 @@ func runCompare(args []string, w, progress io.Writer) error {
 	for _, c := range custom {
 		if strings.TrimSpace(c) == "" {
 			return fmt.Errorf("--config '': write a configuration with train's flags, e.g. \"--model mlp\"")
+		}
+	}
+	if set := given(fs); set["model"] || set["preset"] {
+		if !set["model"] {
+			return fmt.Errorf("--preset %s needs --model: compare --model llama --preset tiny", *preset)
+		}
+		if err := notApplicable(set, "--model picks the configurations", "config", "configs"); err != nil {
+			return err
+		}
+		var err error
+		if o.configs, err = modelConfigs(*model, *preset); err != nil {
+			return err
 		}
 	}
 	if len(o.configs) == 0 {

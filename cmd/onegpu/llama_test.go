@@ -122,3 +122,29 @@ func TestCompareLlamaAgreesWithJAX(t *testing.T) {
 		t.Errorf("compare = %v, agree %v, %d configurations", err, report.Agree, len(report.Configs))
 	}
 }
+
+// TestCompareModelConfigs: compare --model M [--preset P] runs the techniques' configurations of
+// M from the cpu and llama sets, at P; a model compare does not run, or a preset of the MLP, is an
+// error.
+func TestCompareModelConfigs(t *testing.T) {
+	got, err := modelConfigs("llama", "tiny")
+	if err != nil || strings.Join(got, "|") != strings.Join(compareSets["llama"], "|") {
+		t.Errorf("llama tiny: %v, %v; want the llama set", got, err)
+	}
+	got, err = modelConfigs("gpt", "small")
+	if err != nil || len(got) != 3 || !strings.Contains(got[1], "--model gpt --preset small --policy params=float32,compute=bfloat16") {
+		t.Errorf("gpt small: %v, %v", got, err)
+	}
+	for _, c := range []struct{ model, preset, want string }{
+		{"mlp", "tiny", "the mlp has one size"}, {"resnet", "", `unknown --model "resnet": compare runs mlp, gpt, llama`},
+	} {
+		if _, err := modelConfigs(c.model, c.preset); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %v, want %q", c.model, c.preset, err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"--preset", "tiny"}, {"--model", "llama", "--configs", "cpu"}} {
+		if err := runCompare(args, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
+			t.Errorf("compare %v: no error", args)
+		}
+	}
+}
