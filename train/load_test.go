@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,8 +33,14 @@ func loadConfig() train.Config {
 // updates on batch 3.
 func trainedFolder(t *testing.T) (dir string, batches *data.Text, loss4, accuracy4 float64) {
 	t.Helper()
-	c := loadConfig()
-	batches, err := data.NewText(data.Corpus, c.Batch, gptOf(c).SeqLen, c.Seed)
+	return trainedFolderOf(t, loadConfig())
+}
+
+// trainedFolderOf is trainedFolder for the language model run c.
+func trainedFolderOf(t *testing.T, c train.Config) (dir string, batches *data.Text, loss4, accuracy4 float64) {
+	t.Helper()
+	seqLen, _ := c.Model.(train.LanguageModel).TokenShape()
+	batches, err := data.NewText(data.Corpus, c.Batch, seqLen, c.Seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +191,42 @@ func TestLoadGenerates(t *testing.T) {
 		if _, err := m.Generate(bad.tokens, bad.n); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Generate(%v, %d): %v, want %q", bad.tokens, bad.n, err, bad.want)
 		}
+	}
+}
+
+// TestLoadLlama: a tiny Llama's checkpoint opens with its path alone, as the GPT's does: the model
+// and its sizes come back from the manifest, Loss of batch 3 equals the trainer's own loss of the
+// same weights (the 4th step of an uninterrupted run), and Generate's next token is the one of
+// least loss (greedyByLoss). Before models.Llama was registered, Load refused the folder.
+func TestLoadLlama(t *testing.T) {
+	c := llamaReference(t)
+	dir, batches, loss4, accuracy4 := trainedFolderOf(t, c)
+	m, err := loadEmbedded(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Step != 3 || m.Policy != mixed.Float32 || !reflect.DeepEqual(m.Model, c.Model) {
+		t.Fatalf("loaded step %d, policy %s, model %#v; want step 3 and the run's policy and model %#v", m.Step, m.Policy, m.Model, c.Model)
+	}
+	loss, metrics, err := m.Loss(batches.Batch(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Loss of batch 3: %.9g; the trainer's step 4: %.9g", loss, loss4)
+	if math.Abs(loss-loss4) > 1e-5*loss4 || metrics["accuracy"] != accuracy4 {
+		t.Errorf("Loss of batch 3: %v (accuracy %v); the trainer's step 4: %v (accuracy %v)", loss, metrics["accuracy"], loss4, accuracy4)
+	}
+	if testing.Short() {
+		return // the reference evaluates the loss of 256 candidate tokens
+	}
+	prompt := make([]int32, 12)
+	for i := range prompt {
+		prompt[i] = int32(data.Corpus[2000+i])
+	}
+	got, err := m.Generate(prompt, 1)
+	if want := greedyByLoss(t, m, prompt); err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("after %d prompt tokens: Generate gave %v (%v), the least loss is %d", len(prompt), got, err, want)
 	}
 }
 

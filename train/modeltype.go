@@ -13,8 +13,9 @@ import (
 
 // A checkpoint records its model's Go type and its value as JSON (checkpoint.WrittenBy.ModelType
 // and ModelConfig), so that Load rebuilds the model from the checkpoint's path alone: it decodes
-// the value into a new one of the type registered under that name. The tutorial's models are
-// registered here; a model of your own is one RegisterModel call.
+// the value into a new one of the type registered under that name. onegpu's models (the
+// tutorial's GPT and classifier, the Llama) are registered here; a model of your own is one
+// RegisterModel call.
 
 var (
 	modelTypesMu sync.Mutex
@@ -24,6 +25,7 @@ var (
 func init() {
 	RegisterModel(models.GPT{})
 	RegisterModel(models.Classifier{})
+	RegisterModel(models.Llama{})
 }
 
 // RegisterModel lets Load rebuild models of prototype's type (its value is not used) from the
