@@ -13,11 +13,29 @@ import (
 // loss compute: --seq, --attention and --cross-entropy.
 func (s *setup) registerChunking(fs *flag.FlagSet) {
 	fs.IntVar(&s.seq, "seq", 0, "tokens per sequence, for any preset of a language model (default: the preset's)")
-	fs.StringVar(&s.attention, "attention", "plain", "attention: plain (the whole [seq, seq] scores at once) or chunked[=BLOCK] "+
+	chunkingFlags(fs, &s.attention, &s.crossEntropy)
+}
+
+// chunkingFlags adds --attention and --cross-entropy (train's, memory's, ..., eval's) to fs.
+func chunkingFlags(fs *flag.FlagSet, attention, crossEntropy *string) {
+	fs.StringVar(attention, "attention", "plain", "attention: plain (the whole [seq, seq] scores at once) or chunked[=BLOCK] "+
 		"(blocks of queries and keys with an online softmax: memory linear in the sequence; default block max(1024, seq/8)), "+
 		"or chunked=QUERIESxKEYS")
-	fs.StringVar(&s.crossEntropy, "cross-entropy", "plain", fmt.Sprintf("the loss's output layer and cross-entropy: plain (all [tokens, vocabulary] logits at once) "+
+	fs.StringVar(crossEntropy, "cross-entropy", "plain", fmt.Sprintf("the loss's output layer and cross-entropy: plain (all [tokens, vocabulary] logits at once) "+
 		"or chunked[=CHUNK] (CHUNK tokens at a time, recomputed in the backward pass; default %d)", layers.DefaultCrossEntropyChunk))
+}
+
+// parseChunking reads the values of --attention and --cross-entropy; an error names the flag.
+func parseChunking(attention, crossEntropy string) (layers.Attention, layers.CrossEntropy, error) {
+	a, err := layers.ParseAttention(attention)
+	if err != nil {
+		return a, layers.CrossEntropy{}, fmt.Errorf("--%w", err)
+	}
+	c, err := layers.ParseCrossEntropy(crossEntropy)
+	if err != nil {
+		return a, c, fmt.Errorf("--%w", err)
+	}
+	return a, c, nil
 }
 
 // applyChunking sets c's sequence length (--seq) and its attention and cross-entropy from the
@@ -28,11 +46,8 @@ func (s *setup) applyChunking(c *train.Config, family plan.Family, set map[strin
 			"seq", "attention", "cross-entropy")
 	}
 	var err error
-	if c.Attention, err = layers.ParseAttention(s.attention); err != nil {
-		return fmt.Errorf("--%w", err)
-	}
-	if c.CrossEntropy, err = layers.ParseCrossEntropy(s.crossEntropy); err != nil {
-		return fmt.Errorf("--%w", err)
+	if c.Attention, c.CrossEntropy, err = parseChunking(s.attention, s.crossEntropy); err != nil {
+		return err
 	}
 	if !set["seq"] {
 		return nil

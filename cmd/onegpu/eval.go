@@ -12,6 +12,7 @@ import (
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 )
@@ -32,16 +33,21 @@ type evalReport struct {
 	Model   string  `json:"model"`
 	Policy  string  `json:"policy"`
 	Backend string  `json:"backend"`
+	// Attention and CrossEntropy are how the loss was computed (--attention, --cross-entropy).
+	Attention    string `json:"attention"`
+	CrossEntropy string `json:"cross_entropy"`
 }
 
 func runEval(args []string, w io.Writer) error {
-	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--backend SPEC] [--json]")
+	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
 	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama")
 	tokensFile := fs.String("tokens", "", ".npy of token ids [sequences, length], int32 or int64; each sequence's tokens after the first are predicted")
 	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
 	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
 	backendText := fs.String("backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
 	asJSON := fs.Bool("json", false, `print {"loss": ..., "tokens": N, ...} as one JSON object`)
+	var attentionText, crossEntropyText string
+	chunkingFlags(fs, &attentionText, &crossEntropyText)
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
@@ -54,6 +60,10 @@ func runEval(args []string, w io.Writer) error {
 	policy, err := mixed.ParsePolicy(*policyText)
 	if err != nil {
 		return fmt.Errorf("--policy: %w", err)
+	}
+	attention, crossEntropy, err := parseChunking(attentionText, crossEntropyText)
+	if err != nil {
+		return err
 	}
 	c, err := hf.ReadConfig(*dir)
 	if err != nil {
@@ -88,6 +98,8 @@ func runEval(args []string, w io.Writer) error {
 		return err
 	}
 	mixed.SetPolicy(ctx, policy)
+	layers.SetAttention(ctx, attention)
+	layers.SetCrossEntropy(ctx, crossEntropy)
 	// Reuse: every variable must come from the checkpoint; one it lacks is an error, not a fresh
 	// random weight.
 	exec, err := context.NewExec(backend, ctx.Reuse(), func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
@@ -113,10 +125,12 @@ func runEval(args []string, w io.Writer) error {
 		sum += float64(tensors.MustCopyFlatData[float32](outs[0])[0])
 		count += float64(tensors.MustCopyFlatData[float32](outs[1])[0])
 	}
-	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: m.String(), Policy: policy.String(), Backend: spec.String()}
+	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: m.String(), Policy: policy.String(), Backend: spec.String(),
+		Attention: attention.String(), CrossEntropy: crossEntropy.String()}
 	if *asJSON {
 		return writeJSON(w, r)
 	}
-	fmt.Fprintf(w, "loss %.6f over %d tokens (%d sequences of %s)\nmodel %s\npolicy %s, backend %s\n", r.Loss, r.Tokens, ids.Rows(), *tokensFile, r.Model, r.Policy, r.Backend)
+	fmt.Fprintf(w, "loss %.6f over %d tokens (%d sequences of %s)\nmodel %s\npolicy %s, attention %s, cross-entropy %s, backend %s\n",
+		r.Loss, r.Tokens, ids.Rows(), *tokensFile, r.Model, r.Policy, r.Attention, r.CrossEntropy, r.Backend)
 	return nil
 }

@@ -20,16 +20,19 @@ import (
 // TestEvalMatchesTransformers: `eval --hf DIR --tokens FILE.npy --json` on the committed fixtures
 // gives the cross-entropy transformers' logits give (float64 from its float32 logits): within 1e-5
 // relative in float32, 1e-2 under bfloat16 compute; the untied fixture on both backends, the tied,
-// bfloat16, sharded one on the embedded backend. Sequences are evaluated in batches of 1 (the last
-// batch smaller than the others works).
+// bfloat16, sharded one on the embedded backend; with --attention chunked=8 --cross-entropy
+// chunked=5 (transformers' plain attention and loss the reference) within the same 1e-5. Sequences
+// are evaluated in batches of 1 (the last batch smaller than the others works).
 func TestEvalMatchesTransformers(t *testing.T) {
 	type run struct {
 		fixture, backend, policy string
 		tol                      float64
+		chunked                  bool
 	}
-	runs := []run{{"llama3_untied", "go", "float32", 1e-5}, {"llama3_untied", "go", "bf16", 1e-2}, {"tied_bf16_sharded", "go", "float32", 1e-5}}
+	runs := []run{{"llama3_untied", "go", "float32", 1e-5, false}, {"llama3_untied", "go", "bf16", 1e-2, false}, {"tied_bf16_sharded", "go", "float32", 1e-5, false},
+		{"llama3_untied", "go", "float32", 1e-5, true}, {"tied_bf16_sharded", "go", "float32", 1e-5, true}}
 	if plugin := os.Getenv(ograph.EnvPlugin); plugin != "" && ograph.XLABuilt {
-		runs = append(runs, run{"llama3_untied", "xla:" + plugin, "float32", 1e-5})
+		runs = append(runs, run{"llama3_untied", "xla:" + plugin, "float32", 1e-5, false}, run{"llama3_untied", "xla:" + plugin, "float32", 1e-5, true})
 	}
 	for _, r := range runs {
 		fx := testkit.ReadHFFixture(t, r.fixture)
@@ -40,6 +43,9 @@ func TestEvalMatchesTransformers(t *testing.T) {
 		}
 		var out bytes.Buffer
 		args := []string{"--hf", fx.Dir, "--tokens", path, "--backend", r.backend, "--policy", r.policy, "--batch", "1", "--json"}
+		if r.chunked { // blocks of 8 and chunks of 5: the fixture's sequences are a multiple of neither
+			args = append(args, "--attention", "chunked=8", "--cross-entropy", "chunked=5")
+		}
 		if err := runEval(args, &out); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
@@ -48,7 +54,8 @@ func TestEvalMatchesTransformers(t *testing.T) {
 			t.Fatalf("not JSON: %v\n%s", err, out.String())
 		}
 		rel := math.Abs(got.Loss-want) / want
-		t.Logf("%s on %s, %s: loss %.7f over %d tokens; transformers %.7f over %d (rel. %.2g)", r.fixture, r.backend, r.policy, got.Loss, got.Tokens, want, n, rel)
+		t.Logf("%s on %s, %s, attention %s, cross-entropy %s: loss %.7f over %d tokens; transformers %.7f over %d (rel. %.2g)",
+			r.fixture, r.backend, r.policy, got.Attention, got.CrossEntropy, got.Loss, got.Tokens, want, n, rel)
 		if got.Tokens != int64(n) || !(rel <= r.tol) {
 			t.Errorf("%s on %s, %s: loss %v over %d tokens, transformers' logits give %v over %d: rel. %.2g > %g", r.fixture, r.backend, r.policy, got.Loss, got.Tokens, want, n, rel, r.tol)
 		}
@@ -73,6 +80,8 @@ func TestEvalRefuses(t *testing.T) {
 		{[]string{"--hf", fixture, "--tokens", bad}, "token id 999 at [0, 2] is outside the model's vocabulary [0, 256)"},
 		{[]string{"--hf", t.TempDir(), "--tokens", bad}, "config.json"},
 		{[]string{"--hf", fixture, "--tokens", bad, "--batch", "0"}, "--batch 0"},
+		{[]string{"--hf", fixture, "--tokens", bad, "--attention", "blocked"}, `--attention "blocked": want plain|chunked`},
+		{[]string{"--hf", fixture, "--tokens", bad, "--cross-entropy", "chunked=0"}, `--cross-entropy chunk "0": want a positive number`},
 	} {
 		if err := runEval(c.args, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("eval %v: %v, want an error containing %q", c.args, err, c.want)
