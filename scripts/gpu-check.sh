@@ -251,11 +251,11 @@ run memory-llama1b-seq8192-chunked 300 "$ONEGPU" memory "${LONG[@]}" "${CHUNKED[
 run train-llama1b-seq8192-plain 200 "$ONEGPU" train "${LONG[@]}" --data synthetic --steps 4 --json
 run train-llama1b-seq8192-chunked 360 "$ONEGPU" train "${LONG[@]}" "${CHUNKED[@]}" --data synthetic --steps 4 --json
 # --- beyond the device: the weights streamed from host memory (--offload params) ----------------
-# --budget 3GiB stands in for a GPU smaller than the model (this machine's host memory, not its
+# --budget 4GiB stands in for a GPU smaller than the model (this machine's host memory, not its
 # GPU, bounds what fits: the H200's 139 GiB exceed the host's 128 GiB): every stage program's
 # memory by XLA's account plus the buffers kept on the device stay under it, or the run stops.
 run train-llama-1b-streamed 240 env ${HOST_PLUGIN:+ONEGPU_HOST_PJRT_PLUGIN="$HOST_PLUGIN"} "$ONEGPU" train --model llama --preset llama-3.2-1b \
-	--backend "xla:$PLUGIN" --data synthetic --seq 1024 --batch 4 --microbatches 2 --steps 3 --offload params --budget 3GiB --json
+	--backend "xla:$PLUGIN" --data synthetic --seq 1024 --batch 4 --microbatches 2 --steps 3 --offload params --budget 4GiB --remat block --cross-entropy chunked --json
 compare compare-tutorial-f32 200 "--model gpt --preset tutorial --policy float32 --remat none --microbatches 4"
 compare compare-tutorial-bf16 180 "--model gpt --preset tutorial $BF16 --remat none --microbatches 4"
 compare compare-mlp 90 "--model mlp"

@@ -2,9 +2,6 @@ package train
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -15,12 +12,14 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
 // The streamed step (Config.Offload OffloadParams; ZeRO-Infinity's and MegaTrain's layout on one
 // device): the trainer's context holds the float32 master weights, the optimizer's state, the
 // step counter, the loss scale and the moving-average loss in host memory, on the host engine (an
-// XLA CPU client of $ONEGPU_PJRT_PLUGIN when it names a CPU plugin, else the embedded backend).
+// XLA CPU client of $ONEGPU_HOST_PJRT_PLUGIN, or of $ONEGPU_PJRT_PLUGIN when that is a CPU plugin,
+// else the embedded backend: hostengine.NewBackend).
 // A step runs the model a stage at a time (train.Staged: the embedding, the blocks, the head):
 //
 //   - forward: each stage's weights go to the device, every micro-batch passes through the stage
@@ -65,26 +64,11 @@ func (s *streamExecutor) deviceStep() accum.StepFn { return s.t.deviceGradientsF
 
 func (s *streamExecutor) traffic() OffloadStats { return s.last }
 
-// HostEngineEnv names a PJRT CPU plugin for the streamed step's host engine; without it the
-// engine is $ONEGPU_PJRT_PLUGIN when that names a CPU plugin, else the embedded backend.
-const HostEngineEnv = "ONEGPU_HOST_PJRT_PLUGIN"
-
-// hostEngineSpec is the backend spec of the host engine (see HostEngineEnv).
-func hostEngineSpec() string {
-	if p := os.Getenv(HostEngineEnv); p != "" {
-		return "xla:" + p
-	}
-	if p := os.Getenv(ograph.EnvPlugin); p != "" && strings.Contains(strings.ToLower(filepath.Base(p)), "cpu") {
-		return "xla:" + p
-	}
-	return ograph.DefaultEmbedded
-}
-
 // start creates the host engine, the variables (on the host) and the programs.
 func (s *streamExecutor) start() error {
 	t := s.t
 	s.model = t.Config.Model.(Staged) // Validate checked
-	host, err := ograph.NewBackend(hostEngineSpec())
+	host, _, err := hostengine.NewBackend()
 	if err != nil {
 		return fmt.Errorf("--offload params: the host engine: %w", err)
 	}

@@ -10,17 +10,21 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
 var (
 	streamPreset = flag.String("stream.preset", "tiny", "BenchmarkStreamedCompile: the Llama preset")
 	streamSeq    = flag.Int("stream.seq", 0, "BenchmarkStreamedCompile: the sequence length (0: the preset's)")
+	streamLayers = flag.Int("stream.layers", 0, "BenchmarkStreamedCompile: the number of layers (0: the preset's)")
+	streamMicro  = flag.Int("stream.microbatches", 1, "BenchmarkStreamedCompile: micro-batches of one sequence each (the batch)")
+	streamRemat  = flag.String("stream.remat", "block", "BenchmarkStreamedCompile: the kinds of block rematerialized (none or a list)")
 )
 
 // BenchmarkStreamedCompile builds and compiles, on XLA, a Llama preset's whole train step
 // (Trainer.Program) and its streamed step's programs (Trainer.StreamPrograms: the embedding, one
-// block, the head), batch 1, bfloat16 compute, remat of whole blocks, and reports each one's
+// block, the head), micro-batches of one sequence, bfloat16 compute, remat of whole blocks, and reports each one's
 // building and XLA compile seconds and their ratio. The streamed programs do not grow with the
 // layers; the whole step unrolls them all. E.g.
 //
@@ -31,6 +35,9 @@ func BenchmarkStreamedCompile(b *testing.B) {
 	if *streamSeq > 0 {
 		c.SeqLen = *streamSeq
 	}
+	if *streamLayers > 0 {
+		c.Layers = *streamLayers
+	}
 	llama, err := models.NewLlama(c)
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +46,11 @@ func BenchmarkStreamedCompile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	config := train.Config{Model: llama, Batch: 1, Policy: policy, Remat: train.Remat{Kinds: []string{"block"}}, Offload: train.OffloadParams,
+	kinds, err := remat.ParseKinds(*streamRemat)
+	if err != nil {
+		b.Fatal(err)
+	}
+	config := train.Config{Model: llama, Batch: *streamMicro, MicroBatches: *streamMicro, Policy: policy, Remat: train.Remat{Kinds: kinds}, Offload: train.OffloadParams,
 		Schedule: optim.Constant(1e-3)}
 	tr, err := train.New(backend, config)
 	if err != nil {
@@ -54,9 +65,11 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		streamBuild := time.Since(start)
 		start = time.Now()
 		for _, p := range streamed {
+			one := time.Now()
 			if _, err := ograph.CompileProgram(p); err != nil {
 				b.Fatal(err)
 			}
+			b.ReportMetric(time.Since(one).Seconds(), p.Graph.Name()+"-s")
 			p.Graph.Finalize()
 		}
 		streamCompile := time.Since(start)
