@@ -96,8 +96,11 @@ func LargestStreamed(backend backends.Backend, base train.Config, family Scaled,
 		if ok {
 			row.Params, row.Memory, row.HostMemory, row.Variant, row.Fits = best.Params, best.DeviceBytes, best.HostBytes, bestVariant, true
 			row.Model, row.Step = fmt.Sprint(m), &best.StepTime
-			if g, isGPT := m.(models.GPT); isGPT {
-				row.Layers, row.Hidden = g.Config.Layers, g.Config.Hidden
+			switch m := m.(type) {
+			case models.GPT:
+				row.Layers, row.Hidden = m.Config.Layers, m.Config.Hidden
+			case models.Llama:
+				row.Layers, row.Hidden = m.Config.Layers, m.Config.Hidden
 			}
 		}
 		return ok, nil

@@ -280,7 +280,11 @@ func (b stageBuilder) stages() ([]StageEstimate, shapes.Shape, error) {
 		return nil, x, err
 	}
 	block, blockVars, err := b.analyze(ctx, "block", []shapes.Shape{x}, func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
-		return b.model.BlockStage(ctx.In(b.model.BlockScope(0)), in[0]), in
+		scoped := ctx
+		for _, element := range strings.Split(b.model.BlockScope(0), context.ScopeSeparator) {
+			scoped = scoped.In(element) // a scope may be a path ("model/layers/0" for the Llama)
+		}
+		return b.model.BlockStage(scoped, in[0]), in
 	})
 	if err != nil {
 		return nil, x, err

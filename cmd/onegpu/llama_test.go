@@ -55,12 +55,13 @@ func TestTrainLlamaTiny(t *testing.T) {
 
 // TestPlanLargestLlama: plan --largest --model llama answers the largest Llama 3 of the family
 // (plan.ScaledLlamas) at the preset's sequence, with the tutorial's techniques and with 8-bit Adam
-// and the optimizer offloaded, the second at least as large; the Llama has no streamed rows.
+// and the optimizer offloaded, the second at least as large, then streamed (the Llama runs as
+// stages) with Adam and 8-bit Adam within the device budget.
 func TestPlanLargestLlama(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
 	var out bytes.Buffer
-	if err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--largest", "--budget", "2GiB", "--json"}, &out); err != nil {
+	if err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--largest", "--budget", "2GiB", "--host", "1TiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var r struct {
@@ -74,7 +75,7 @@ func TestPlanLargestLlama(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
 	}
-	if len(r.Largest) != 2 || !r.Largest[0].Fits || r.Largest[1].Params < r.Largest[0].Params || !strings.Contains(r.Largest[0].Model, "sequence 64") ||
+	if len(r.Largest) != 4 || !r.Largest[2].Fits || !r.Largest[3].Fits || r.Largest[3].Memory > 2<<30 || !r.Largest[0].Fits || r.Largest[1].Params < r.Largest[0].Params || !strings.Contains(r.Largest[0].Model, "sequence 64") ||
 		r.Largest[1].Memory > 2<<30 {
 		t.Errorf("plan --largest --model llama: %+v", r.Largest)
 	}

@@ -92,6 +92,9 @@ func runPlan(args []string, w io.Writer) error {
 			return fmt.Errorf("--%s %g: an assumed throughput is from %g to %g TFLOP/s (1 MFLOP/s to 1 EFLOP/s)", t.name, t.value, plan.MinTFLOPs, plan.MaxTFLOPs)
 		}
 	}
+	if *largest && s.model == "llama" && !set["preset"] {
+		s.preset = "llama-3.1-8b" // the family's run: 4 sequences of 2048, as every published Llama preset's
+	}
 	base, err := s.config()
 	if err != nil {
 		return err

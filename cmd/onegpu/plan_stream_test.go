@@ -99,3 +99,38 @@ func TestStreamFlagsRefused(t *testing.T) {
 
 func planRun(args []string, out *bytes.Buffer) error   { return runPlan(args, out) }
 func memoryRun(args []string, out *bytes.Buffer) error { return runMemory(args, out) }
+
+// TestPlanLargestLlamaStreamed: plan --largest --model llama --budget 24GiB --host 128GiB (the
+// base run Llama-3.1-8B's without --preset) answers at least 8B parameters with Adam and 12B with
+// 8-bit Adam, as streamed rows of its largest list;
+// memory --offload params shows how Llama-3.1-8B fits.
+func TestPlanLargestLlamaStreamed(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	var out bytes.Buffer
+	if err := runPlan([]string{"--largest", "--model", "llama", "--budget", "24GiB", "--host", "128GiB", "--json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r struct{ Largest []plan.Largest }
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Largest) != 4 { // on the device, then streamed
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for i, c := range []struct {
+		optimizer string
+		least     int64
+	}{{"adam", 8_000_000_000}, {"adam8bit", 12_000_000_000}} {
+		row := r.Largest[2+i]
+		if row.Options.Offload != "params" || row.Options.Optimizer != c.optimizer || !row.Fits || row.Params < c.least {
+			t.Errorf("row %d: %+v, want %s streamed with at least %d parameters", i, row, c.optimizer, c.least)
+		}
+	}
+	out.Reset()
+	if err := runMemory([]string{"--model", "llama", "--preset", "llama-3.1-8b", "--offload", "params", "--budget", "24GiB", "--host", "128GiB"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"8,030,261,248 parameters in 34 stages", "device: ", "fits 24.0 GiB", "fits 128.0 GiB", "float32 master weights"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("memory --model llama --offload params: no %q in\n%s", want, out.String())
+		}
+	}
+}
