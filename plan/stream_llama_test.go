@@ -56,3 +56,21 @@ func TestLargestStreamedLlama(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamedTiedEmbeddings: Llama-3.2-1B ties its output layer to the embedding table: the head
+// uploads the table too (its weights), but the model's parameters and state count it once: the
+// published 1,235,814,400, and the head's own state is its final norm's (2 × 4 × 2048 bytes).
+func TestStreamedTiedEmbeddings(t *testing.T) {
+	config, err := plan.Defaults("llama", "llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plan.EstimateStreamed(testkit.Embedded(), config, plan.StreamOptions{Throughput: plan.A5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	embed, head := s.Stages[0], s.Stages[2]
+	if s.Params != 1_235_814_400 || head.SharedParams != embed.Params || head.Params != embed.Params+2048 || head.StateBytes != 2*4*2048 {
+		t.Errorf("%d parameters, want 1,235,814,400; embed %+v, head %+v", s.Params, embed, head)
+	}
+}
