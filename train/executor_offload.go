@@ -43,16 +43,22 @@ type OffloadStats struct {
 	// a program's run, its memory by XLA's account (arguments, outputs, temporaries, code; on the
 	// embedded backend, which reports none, its arguments and outputs) plus the other buffers the
 	// step kept on the device then (stage inputs, cotangents, gradient sums).
+	// UploadSeconds are the streamed step's uploads' own time: TransferSeconds counts only the
+	// time the step waited for them (and for the gradients), the rest hidden behind computation
+	// (the next stage's weights are sent while the current one computes).
 	Streamed        bool    `json:"streamed,omitempty"`
+	UploadSeconds   float64 `json:"upload_seconds,omitempty"`
 	DeviceSeconds   float64 `json:"device_seconds,omitempty"`
 	DevicePeakBytes int64   `json:"device_peak_bytes,omitempty"`
 }
 
-// Bound names what bounds a streamed step, the largest of its three sequential parts: "the bus"
-// (moving weights and gradients), "the device" (the stages' programs) or "the host update".
+// Bound names what bounds a streamed step, the largest of its parts: "the bus" (the weights'
+// uploads, hidden or not, and the time waiting for transfers), "the device" (the stages'
+// programs) or "the host update".
 func (o OffloadStats) Bound() string {
+	bus := max(o.TransferSeconds, o.UploadSeconds)
 	switch {
-	case o.TransferSeconds >= o.DeviceSeconds && o.TransferSeconds >= o.HostSeconds:
+	case bus >= o.DeviceSeconds && bus >= o.HostSeconds:
 		return "the bus"
 	case o.DeviceSeconds >= o.HostSeconds:
 		return "the device"

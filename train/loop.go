@@ -210,6 +210,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 				offload.TransferSeconds /= float64(n)
 				offload.HostSeconds /= float64(n)
 				offload.DeviceSeconds /= float64(n)
+				offload.UploadSeconds /= float64(n)
 				h.Offload = &offload
 			}
 		}
@@ -244,6 +245,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			offload.TransferSeconds += stats.TransferSeconds
 			offload.HostSeconds += stats.HostSeconds
 			offload.DeviceSeconds += stats.DeviceSeconds
+			offload.UploadSeconds += stats.UploadSeconds
 			offload.Streamed = stats.Streamed
 			offload.DevicePeakBytes = max(offload.DevicePeakBytes, stats.DevicePeakBytes)
 		}
@@ -312,9 +314,9 @@ func (h *History) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, perSecond(h.TokensPerSecond, cmp.Or(h.CountUnit, "examples")))
 	}
 	if o := h.Offload; o != nil && o.Streamed {
-		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms on the device, %.1f ms host update: bound by %s\n",
-			"streamed (params)", ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.DeviceSeconds,
-			1e3*o.HostSeconds, o.Bound())
+		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms waiting for transfers (uploads %.1f ms, overlapped), %.1f ms on the device, %.1f ms host update: bound by %s\n",
+			"streamed (params)", ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.UploadSeconds,
+			1e3*o.DeviceSeconds, 1e3*o.HostSeconds, o.Bound())
 		fmt.Fprintf(w, "%-22s %s\n", "largest device use", ograph.FormatBytes(o.DevicePeakBytes))
 	} else if o := h.Offload; o != nil {
 		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",

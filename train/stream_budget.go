@@ -12,7 +12,7 @@ import (
 // account records the device footprint at a run of st's program g on args (and st's weights),
 // which returned outs: the program's memory by XLA's account (its arguments, outputs and
 // temporaries; on the embedded backend, which gives none, its arguments and outputs) plus the
-// other buffers the step holds on the device. It returns an error when that exceeds the run's
+// other buffers the step holds on the device, the next stage's weights on their way included. It returns an error when that exceeds the run's
 // device budget.
 func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tensors.Tensor) error {
 	s := p.s
@@ -51,6 +51,9 @@ func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tens
 				live += int64(t.Memory())
 			}
 		}
+	}
+	if p.next != nil {
+		live += p.next.bytes // the next instance's weights, on their way
 	}
 	footprint := live + program
 	p.stats.DevicePeakBytes = max(p.stats.DevicePeakBytes, footprint)

@@ -30,8 +30,14 @@ type streamPass struct {
 	acc      []*tensors.Tensor                     // the gradient sums of the stage running backward, on the device
 	stats    OffloadStats
 	ran      *graph.Graph
-	transfer time.Duration
+	transfer time.Duration // waiting for uploads and downloads
+	upload   time.Duration // the uploads' own time, hidden behind computation or not
 	device   time.Duration
+	// order lists the stage instances' sources in the order the step binds them; at is the next
+	// one's index and next its upload, under way.
+	order [][]*context.Variable
+	at    int
+	next  *pendingUpload
 }
 
 // forward splits the batch into micro-batches, sends them to the device and runs them through
@@ -206,6 +212,7 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 	}
 	outs = append(outs, tensors.FromScalar(p.count))
 	p.stats.TransferSeconds, p.stats.DeviceSeconds, p.stats.Streamed = p.transfer.Seconds(), p.device.Seconds(), true
+	p.stats.UploadSeconds = p.upload.Seconds()
 	s.last = p.stats
 	return append(outs, hostOuts...), p.ran, nil
 }
@@ -218,13 +225,87 @@ func nonZero32(x float32) float32 {
 	return x
 }
 
-// bind sends a stage instance's weights to the device, timing the transfer.
+// A step binds its stage instances in a fixed order (the embedding, the blocks, the head, the
+// blocks in reverse, the embedding): while one computes, the next one's weights are sent to the
+// device in the background (double buffering), so the step waits only for what the computation
+// did not hide.
+
+// pendingUpload is a stage instance's weights on their way to the device.
+type pendingUpload struct {
+	done   chan struct{}
+	clones []*tensors.Tensor
+	sent   int64
+	took   time.Duration
+	err    error
+	// bytes are the device bytes the upload holds once done (counted in the budget meanwhile).
+	bytes int64
+}
+
+// startUpload sends sources to the device in the background.
+func (p *streamPass) startUpload(sources []*context.Variable) *pendingUpload {
+	u := &pendingUpload{done: make(chan struct{})}
+	for _, src := range sources {
+		if src != p.s.rngVar() {
+			u.bytes += int64(src.Shape().Memory())
+		}
+	}
+	go func() {
+		defer close(u.done)
+		start := time.Now()
+		u.clones, u.sent, u.err = p.s.upload(sources)
+		u.took = time.Since(start)
+	}()
+	return u
+}
+
+// sameSources reports whether a and b are the same slice of variables.
+func sameSources(a, b []*context.Variable) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// bindOrder is the order in which a step binds its stage instances' sources.
+func (p *streamPass) bindOrder() [][]*context.Variable {
+	s := p.s
+	order := [][]*context.Variable{s.embedVars}
+	order = append(order, s.blockVars...)
+	order = append(order, s.headVars)
+	for i := len(s.blockVars) - 1; i >= 0; i-- {
+		order = append(order, s.blockVars[i])
+	}
+	return append(order, s.embedVars)
+}
+
+// bind puts a stage instance's weights in its template, waiting for their upload (started while
+// the previous instance computed, or now for the first), and starts the next instance's upload.
 func (p *streamPass) bind(st *streamStage, sources []*context.Variable) error {
+	if p.order == nil {
+		p.order = p.bindOrder()
+	}
+	u := p.next
+	if u == nil || p.at >= len(p.order) || !sameSources(p.order[p.at], sources) {
+		if u != nil { // not the instance expected: a bug, but never a wrong weight
+			<-u.done
+			freeAll(u.clones)
+		}
+		u = p.startUpload(sources)
+	}
+	p.next = nil
 	start := time.Now()
-	sent, err := p.s.bind(st, sources)
+	<-u.done
 	p.transfer += time.Since(start)
-	p.stats.BytesToDevice += sent
-	return err
+	p.upload += u.took
+	p.stats.BytesToDevice += u.sent
+	if u.err != nil {
+		return u.err
+	}
+	if err := p.s.install(st, sources, u.clones); err != nil {
+		return err
+	}
+	p.at++
+	if p.at < len(p.order) {
+		p.next = p.startUpload(p.order[p.at])
+	}
+	return nil
 }
 
 // call runs a stage's program on args for micro-batch m of stage instance i, with the random
@@ -350,8 +431,13 @@ func splitRows(t *tensors.Tensor, k int) ([]*tensors.Tensor, error) {
 	return parts, err
 }
 
-// free releases what a failed step left on the device.
+// free releases what a failed step left on the device, and an upload under way.
 func (p *streamPass) free() {
+	if p.next != nil {
+		<-p.next.done
+		freeAll(p.next.clones)
+		p.next = nil
+	}
 	for _, group := range append(append([][]*tensors.Tensor{p.acc}, p.mbs...), append(p.xs, p.dxs)...) {
 		for _, t := range group {
 			if t != nil {

@@ -250,28 +250,49 @@ const (
 	headStage
 )
 
-// bind uploads sources (the master weights of one stage instance, and the state it reads) to the
-// device in the template's variables, and returns the bytes sent.
-func (s *streamExecutor) bind(st *streamStage, sources []*context.Variable) (int64, error) {
+// upload sends sources (the master weights of one stage instance, and the state it reads) to the
+// device and returns the copies (nil for the random state, set per call) and the bytes sent. It
+// touches no template: the pass runs it in the background while another stage computes.
+func (s *streamExecutor) upload(sources []*context.Variable) ([]*tensors.Tensor, int64, error) {
 	var sent int64
+	clones := make([]*tensors.Tensor, len(sources))
 	for j, src := range sources {
 		if src == s.rngVar() {
-			continue // set per call (setRandomState)
+			continue
 		}
 		value, err := src.Value()
-		if err != nil {
-			return sent, err
+		if err == nil {
+			clones[j], err = value.OnDeviceClone(s.t.Backend, 0)
 		}
-		clone, err := value.OnDeviceClone(s.t.Backend, 0)
 		if err != nil {
-			return sent, fmt.Errorf("sending %s to the device: %w", src.ScopeAndName(), err)
+			freeAll(clones)
+			return nil, sent, fmt.Errorf("sending %s to the device: %w", src.ScopeAndName(), err)
 		}
-		sent += int64(clone.Memory())
-		if err := s.setTemplate(st, j, src, clone); err != nil {
-			return sent, err
+		sent += int64(clones[j].Memory())
+	}
+	return clones, sent, nil
+}
+
+// install gives st's template variables the copies upload made of sources.
+func (s *streamExecutor) install(st *streamStage, sources []*context.Variable, clones []*tensors.Tensor) error {
+	for j, clone := range clones {
+		if clone == nil {
+			continue
+		}
+		if err := s.setTemplate(st, j, sources[j], clone); err != nil {
+			return err
 		}
 	}
-	return sent, nil
+	return nil
+}
+
+// freeAll frees the device tensors of ts.
+func freeAll(ts []*tensors.Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.FinalizeAll()
+		}
+	}
 }
 
 // setTemplate gives the template's j-th variable value (creating it, with src's scope and name,
