@@ -116,9 +116,12 @@ type StreamOptions struct {
 	Throughput Throughput
 	// Bandwidth is the host-device rate per direction in bytes per second; 0 is PCIe5Bandwidth.
 	Bandwidth float64
-	// HostRate is the host update's rate in parameters per second; 0 is DefaultHostRates' figure
-	// for the run's optimizer.
+	// HostRate is the host update's rate in parameters per second; 0 is HostRates' figure for the
+	// run's optimizer, else DefaultHostRates'.
 	HostRate float64
+	// HostRates are measured rates by optimizer name (as optim.ByName spells it), for the
+	// optimizers a plan compares (plan --largest); nil: DefaultHostRates.
+	HostRates map[string]float64
 	// DeviceBudget, when positive, is the device memory the step may use: when the kept block
 	// inputs make the step larger, they go to the host (Streamed.KeptOnHost) and cross the bus
 	// both ways.
@@ -146,7 +149,10 @@ func EstimateStreamed(backend backends.Backend, config train.Config, o StreamOpt
 	opt := optimizerOf(config)
 	if o.HostRate == 0 {
 		name := strings.SplitN(opt.String(), "(", 2)[0]
-		rate, ok := DefaultHostRates[name]
+		rate, ok := o.HostRates[name]
+		if !ok {
+			rate, ok = DefaultHostRates[name]
+		}
 		if !ok {
 			return Streamed{}, fmt.Errorf("no measured host update rate for optimizer %s: measure it (onegpu bench --grid host) and give it (--host-rate)", opt)
 		}

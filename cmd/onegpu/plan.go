@@ -124,7 +124,7 @@ func runPlan(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		so, err := sf.options(plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16})
+		so, err := sf.options(plan.Throughput{Float32: *tflopsF32, BFloat16: *tflopsBF16}, streamedOptimizers()...)
 		if err != nil {
 			return err
 		}

@@ -5,17 +5,32 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
+	"strings"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/optim/hostengine"
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
 )
+
+// optimizerName is the name optim.ByName knows an optimizer by (its description's head).
+func optimizerName(o optim.Optimizer) string {
+	if o == nil {
+		return "adam"
+	}
+	return strings.SplitN(o.String(), "(", 2)[0]
+}
 
 // streamFlags are the flags of a streamed plan (--offload params): the host's budget and the
 // rates the step's time comes from.
 type streamFlags struct {
 	host          string
 	busGBs        float64
-	hostRate      float64
+	hostRate      string
 	streamedNames []string
 }
 
@@ -24,8 +39,9 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.host, "host", "", "with --offload params (and plan --largest's streamed rows): host memory for the master weights, the optimizer's state and the gradients, e.g. 128GiB "+
 		"(default: this machine's available memory, MemAvailable in /proc/meminfo)")
 	fs.Float64Var(&f.busGBs, "bus-bandwidth", plan.PCIe5Bandwidth/1e9, "with --offload params: host-device bandwidth per direction in GB/s (default: PCIe 5.0 x16)")
-	fs.Float64Var(&f.hostRate, "host-rate", 0, "with --offload params: the host's optimizer update rate in parameters/s "+
-		"(default: what `onegpu bench --grid host` measured on a 2-core machine's XLA CPU client for the optimizer; measure yours)")
+	fs.StringVar(&f.hostRate, "host-rate", "", "with --offload params: the host's optimizer update rate in parameters/s, or \"measure\" to time the host engine "+
+		"(onegpu bench --grid host's measurement, 16Mi parameters, a few seconds per optimizer) "+
+		"(default: what that measured on a 2-core machine's XLA CPU client, plan.DefaultHostRates)")
 	f.streamedNames = []string{"host", "bus-bandwidth", "host-rate"}
 }
 
@@ -46,15 +62,52 @@ func (f *streamFlags) hostBudget() (int64, error) {
 	return b, nil
 }
 
-// options are the streamed step's rates.
-func (f *streamFlags) options(rate plan.Throughput) (plan.StreamOptions, error) {
+// options are the streamed step's rates; names are the optimizers whose host update --host-rate
+// measure times.
+func (f *streamFlags) options(rate plan.Throughput, names ...string) (plan.StreamOptions, error) {
 	if !(f.busGBs > 0) || f.busGBs > 1e6 || math.IsInf(f.busGBs, 0) {
 		return plan.StreamOptions{}, fmt.Errorf("--bus-bandwidth %g: give the host-device rate per direction in GB/s, more than 0 and at most 1e6", f.busGBs)
 	}
-	if f.hostRate < 0 || f.hostRate > 1e15 || math.IsNaN(f.hostRate) {
-		return plan.StreamOptions{}, fmt.Errorf("--host-rate %g: give the host's update rate in parameters/s, more than 0 (0: the measured default)", f.hostRate)
+	o := plan.StreamOptions{Throughput: rate, Bandwidth: f.busGBs * 1e9}
+	switch f.hostRate {
+	case "":
+	case "measure":
+		rates, err := measureHostRates(names)
+		if err != nil {
+			return o, fmt.Errorf("--host-rate measure: %w", err)
+		}
+		o.HostRates = rates
+	default:
+		r, err := strconv.ParseFloat(f.hostRate, 64)
+		if err != nil || !(r > 0) || r > 1e15 {
+			return o, fmt.Errorf("--host-rate %s: give the host's update rate in parameters/s (more than 0, at most 1e15), or measure", f.hostRate)
+		}
+		o.HostRate = r
 	}
-	return plan.StreamOptions{Throughput: rate, Bandwidth: f.busGBs * 1e9, HostRate: f.hostRate}, nil
+	return o, nil
+}
+
+// measureHostRates times each named optimizer's host update on this machine's host engine
+// (hostengine.NewBackend), bfloat16 parameters out.
+func measureHostRates(names []string) (map[string]float64, error) {
+	backend, _, err := hostengine.NewBackend()
+	if err != nil {
+		return nil, err
+	}
+	defer backend.Finalize()
+	rates := map[string]float64{}
+	for _, name := range names {
+		opt, err := optim.ByName(name, optim.Settings{})
+		if err != nil {
+			return nil, err
+		}
+		r, err := hostengine.MeasureUpdate(backend, opt, dtypes.BFloat16, 16<<20, 3, 1)
+		if err != nil {
+			return nil, err
+		}
+		rates[name] = r.ParamsPerSecond
+	}
+	return rates, nil
 }
 
 // writeStreamed prints a streamed step's estimate against the budgets (0: not given).
@@ -115,15 +168,15 @@ func planStreamed(w io.Writer, s *setup, sf *streamFlags, budgetText string, rat
 	if err != nil {
 		return err
 	}
-	so, err := sf.options(rate)
-	if err != nil {
-		return err
-	}
-	so.DeviceBudget = budget
 	config, err := s.config()
 	if err != nil {
 		return err
 	}
+	so, err := sf.options(rate, optimizerName(config.Optimizer))
+	if err != nil {
+		return err
+	}
+	so.DeviceBudget = budget
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return err
@@ -167,15 +220,15 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 			return err
 		}
 	}
-	so, err := sf.options(plan.A5000)
-	if err != nil {
-		return err
-	}
-	so.DeviceBudget = budget
 	config, err := o.config()
 	if err != nil {
 		return err
 	}
+	so, err := sf.options(plan.A5000, optimizerName(config.Optimizer))
+	if err != nil {
+		return err
+	}
+	so.DeviceBudget = budget
 	backend, spec, err := o.newBackend()
 	if err != nil {
 		return err
@@ -199,4 +252,13 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 	fmt.Fprintf(w, "%s\non %s\n\n", describe(config), spec)
 	writeStreamed(w, est, budget, host)
 	return nil
+}
+
+// streamedOptimizers are the optimizers of plan --largest's streamed rows.
+func streamedOptimizers() []string {
+	var names []string
+	for _, o := range plan.StreamedTechniques {
+		names = append(names, o.Optimizer)
+	}
+	return names
 }

@@ -134,3 +134,31 @@ func TestPlanLargestLlamaStreamed(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanStreamedMeasuresHostRate: --host-rate measure times the host engine's update of the
+// run's optimizer on this machine (the embedded backend here) instead of taking the default, and
+// a number is taken as given.
+func TestPlanStreamedMeasuresHostRate(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv("ONEGPU_HOST_PJRT_PLUGIN", "")
+	for _, c := range []struct {
+		rate string
+		want func(float64) bool
+	}{
+		{"measure", func(r float64) bool { return r > 0 && r != plan.DefaultHostRates["adam"] }},
+		{"1234", func(r float64) bool { return r == 1234 }},
+	} {
+		var out bytes.Buffer
+		if err := runPlan([]string{"--preset", "tiny", "--offload", "params", "--host", "1GiB", "--host-rate", c.rate, "--json"}, &out); err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Streamed plan.Streamed }
+		if err := json.Unmarshal(out.Bytes(), &p); err != nil {
+			t.Fatalf("%v in %s", err, out.String())
+		}
+		if !c.want(p.Streamed.HostParamsPerSec) || p.Streamed.HostSeconds != float64(p.Streamed.Params)/p.Streamed.HostParamsPerSec {
+			t.Errorf("--host-rate %s: %+v", c.rate, p.Streamed.StepTime)
+		}
+	}
+}
