@@ -330,3 +330,25 @@ func TestStreamProgramsFlatInDepth(t *testing.T) {
 		t.Errorf("the whole step has %d nodes at 6 blocks, %d at 2: it should grow with the blocks", whole6, whole2)
 	}
 }
+
+// TestStreamedSmallGPT: the small GPT (4 blocks of 256, sequence 128), float32, 2 micro-batches of
+// 2: streamed losses within 1e-5 relative of the whole step's over 10 steps, on the embedded
+// backend and XLA (not in -short).
+func TestStreamedSmallGPT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the small GPT 10 steps twice per backend")
+	}
+	for _, backend := range testkit.All() {
+		t.Run(backend.Name(), func(t *testing.T) {
+			config := streamConfig(t)
+			config.Batch = 4
+			editGPT(&config, func(g *models.GPTConfig) { *g = models.Presets["small"]; g.Dropout = 0 })
+			whole, want := runOffload(t, backend, config, 10, "")
+			defer whole.Close()
+			config.Offload = train.OffloadParams
+			streamed, got := runOffload(t, backend, config, 10, "")
+			defer streamed.Close()
+			sameLosses(t, want, got, 1e-5)
+		})
+	}
+}
