@@ -25,9 +25,9 @@ type Bandwidth struct {
 	Threads    int
 }
 
-// MeasureBandwidth runs STREAM's copy and triad over three arrays of arrayBytes each (at least
-// 64 MiB is much larger than any cache), split across GOMAXPROCS goroutines, repeats times, and
-// returns the best of each. It allocates 3 × arrayBytes.
+// MeasureBandwidth runs STREAM's copy and triad over three arrays of arrayBytes each (give
+// several times the last-level cache: 128 MiB or more for CI's 32 MiB L3), split across
+// GOMAXPROCS goroutines, repeats times, and returns the best of each. It allocates 3 × arrayBytes.
 func MeasureBandwidth(arrayBytes int64, repeats int) Bandwidth {
 	n := int(arrayBytes / 4)
 	a, b, c := make([]float32, n), make([]float32, n), make([]float32, n)
