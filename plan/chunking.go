@@ -79,8 +79,10 @@ var AllChunkings = []Chunking{
 // candidates of the first pair on which one fits, and that pair; when none fits anywhere, the
 // last pair's (the smallest). The state rungs are outside because they cost time the FLOP-based
 // estimate does not see (8-bit Adam's quantization, the offload's transfers); chunking costs
-// little. Nil states keep base's optimizer and offload (the StateOptions returned is then the
-// zero value).
+// little. On a state rung where the first chunking fits nothing, the last (the most chunked, the
+// least memory) is tried next, and the ones between only when it fits: a budget nothing fits
+// costs two searches per state rung, not one per chunking. Nil states keep base's optimizer and
+// offload (the StateOptions returned is then the zero value).
 func SearchLadder(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool,
 	states []StateOptions, chunkings []Chunking) ([]Candidate, StateOptions, Chunking, error) {
 	if len(chunkings) == 0 {
@@ -98,15 +100,32 @@ func SearchLadder(backend backends.Backend, base train.Config, budget int64, rat
 				return nil, opts, Chunking{}, err
 			}
 		}
-		for j, chunking := range chunkings {
-			rows, err := Search(backend, chunking.Apply(c), budget, rate, compile)
-			if err != nil {
-				return nil, opts, chunking, err
+		search := func(k Chunking) ([]Candidate, bool, error) {
+			rows, err := Search(backend, k.Apply(c), budget, rate, compile)
+			return rows, err == nil && Fastest(rows) >= 0, err
+		}
+		rows, fits, err := search(chunkings[0])
+		if err != nil || fits || len(chunkings) == 1 {
+			if err != nil || fits || i == len(states)-1 {
+				return rows, opts, chunkings[0], err
 			}
-			if Fastest(rows) >= 0 || (i == len(states)-1 && j == len(chunkings)-1) {
-				return rows, opts, chunking, nil
+			continue
+		}
+		last := chunkings[len(chunkings)-1]
+		leanest, fits, err := search(last)
+		if err != nil || (!fits && i == len(states)-1) {
+			return leanest, opts, last, err
+		}
+		if !fits {
+			continue
+		}
+		for _, k := range chunkings[1 : len(chunkings)-1] { // the plainest that fits
+			rows, fits, err := search(k)
+			if err != nil || fits {
+				return rows, opts, k, err
 			}
 		}
+		return leanest, opts, last, nil
 	}
 	panic("unreachable: the ladders are not empty")
 }

@@ -10,7 +10,8 @@ import (
 
 // TestSearchLadderChunks: on a budget just under the least the plain tiny GPT needs at sequence
 // 4096 (one sequence per step), the ladder answers with a chunked rung on which a configuration
-// fits, and given the plain rung alone it answers that nothing fits.
+// fits, and given the plain rung alone it answers that nothing fits; on 1 KiB it answers with the
+// most chunked rung's candidates, none fitting.
 func TestSearchLadderChunks(t *testing.T) {
 	backend := testkit.Embedded()
 	base, family := longBase(t)
@@ -42,6 +43,12 @@ func TestSearchLadderChunks(t *testing.T) {
 	rows, _, chunking, err = plan.SearchLadder(backend, base, budget, plan.A5000, false, states, plan.ChunkingLadder[:1])
 	if err != nil || plan.Fastest(rows) >= 0 || !chunking.Plain() {
 		t.Errorf("the plain rung alone: %s, best %d, %v; want nothing fitting", chunking, plan.Fastest(rows), err)
+	}
+	// A budget nothing fits: the answer is the last rung's, the most chunked (the smallest).
+	last := plan.ChunkingLadder[len(plan.ChunkingLadder)-1]
+	rows, _, chunking, err = plan.SearchLadder(backend, base, 1<<10, plan.A5000, false, states, plan.ChunkingLadder)
+	if err != nil || plan.Fastest(rows) >= 0 || chunking != last {
+		t.Errorf("1 KiB: %s, best %d, %v; want nothing fitting, answered with %s", chunking, plan.Fastest(rows), err, last)
 	}
 }
 
