@@ -15,6 +15,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/train"
 )
 
 // optimizerName is the name optim.ByName knows an optimizer by (its description's head).
@@ -168,21 +169,7 @@ func planStreamed(w io.Writer, s *setup, sf *streamFlags, budgetText string, rat
 	if err != nil {
 		return err
 	}
-	config, err := s.config()
-	if err != nil {
-		return err
-	}
-	so, err := sf.options(rate, optimizerName(config.Optimizer))
-	if err != nil {
-		return err
-	}
-	so.DeviceBudget = budget
-	backend, spec, err := s.newBackend()
-	if err != nil {
-		return err
-	}
-	defer backend.Finalize()
-	est, err := plan.EstimateStreamed(backend, config, so)
+	config, spec, est, err := estimateStreamed(s, sf, rate, budget)
 	if err != nil {
 		return err
 	}
@@ -220,21 +207,7 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 			return err
 		}
 	}
-	config, err := o.config()
-	if err != nil {
-		return err
-	}
-	so, err := sf.options(plan.A5000, optimizerName(config.Optimizer))
-	if err != nil {
-		return err
-	}
-	so.DeviceBudget = budget
-	backend, spec, err := o.newBackend()
-	if err != nil {
-		return err
-	}
-	defer backend.Finalize()
-	est, err := plan.EstimateStreamed(backend, config, so)
+	config, spec, est, err := estimateStreamed(&o.setup, sf, plan.A5000, budget)
 	if err != nil {
 		return err
 	}
@@ -252,6 +225,27 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 	fmt.Fprintf(w, "%s\non %s\n\n", describe(config), spec)
 	writeStreamed(w, est, budget, host)
 	return nil
+}
+
+// estimateStreamed estimates the streamed step of the run s describes (plan.EstimateStreamed) at
+// the device throughput rate, against budget bytes of device memory (0: none), on s's backend.
+func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput, budget int64) (train.Config, ograph.BackendSpec, plan.Streamed, error) {
+	config, err := s.config()
+	if err != nil {
+		return config, ograph.BackendSpec{}, plan.Streamed{}, err
+	}
+	so, err := sf.options(rate, optimizerName(config.Optimizer))
+	if err != nil {
+		return config, ograph.BackendSpec{}, plan.Streamed{}, err
+	}
+	so.DeviceBudget = budget
+	backend, spec, err := s.newBackend()
+	if err != nil {
+		return config, spec, plan.Streamed{}, err
+	}
+	defer backend.Finalize()
+	est, err := plan.EstimateStreamed(backend, config, so)
+	return config, spec, est, err
 }
 
 // streamedOptimizers are the optimizers of plan --largest's streamed rows.
