@@ -53,3 +53,48 @@ func TestCompiledMemoryNeedsXLA(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestCompilePrograms compiles the measured steps at once and checks each one's statistics against
+// the same step compiled alone, in order; a program the backend cannot report on fails the lot.
+func TestCompilePrograms(t *testing.T) {
+	backend := requireXLA(t)
+	steps := measuredSteps()
+	build := func() []*ograph.Program {
+		ps := make([]*ograph.Program, len(steps))
+		for i, step := range steps {
+			p, err := ograph.ContextProgram(backend, context.New(), "step", step.shapes(), step.fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps[i] = p
+		}
+		return ps
+	}
+	ps := build()
+	together, err := ograph.CompilePrograms(ps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range build() {
+		alone, err := ograph.CompileProgram(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if together[i] != alone {
+			t.Errorf("%s: compiled with the others %+v, alone %+v", steps[i].name, together[i], alone)
+		}
+		p.Graph.Finalize()
+		ps[i].Graph.Finalize()
+	}
+	embeddedStep, err := ograph.ContextProgram(embedded(), context.New(), "step", steps[0].shapes(), steps[0].fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := append(build(), embeddedStep)
+	if _, err := ograph.CompilePrograms(mixed...); err == nil {
+		t.Error("CompilePrograms returned statistics for a program on the embedded backend")
+	}
+	for _, p := range mixed {
+		p.Graph.Finalize()
+	}
+}

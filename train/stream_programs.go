@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/remat"
 )
 
 // The programs of a streamed step (executor_stream.go). Each kind of stage (the embedding, a
@@ -177,10 +179,12 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 	case blockStage:
 		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
+			s.withoutWholeBlockRemat(ctx)
 			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0])}
 		}
 		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.setForModel(ctx, in[0].Graph())
+			s.withoutWholeBlockRemat(ctx)
 			y := m.BlockStage(inScopePath(ctx, scope0), in[0])
 			return stageGradients(ctx, cotangentTarget(y, in[1]), in[0])
 		}
@@ -188,6 +192,21 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 		bwd = s.headFn()
 	}
 	return fwd, bwd
+}
+
+// wholeBlockKind is the remat kind the models (GPT, Llama) give a whole block.
+const wholeBlockKind = "block"
+
+// withoutWholeBlockRemat takes the whole block's kind out of the remat kinds setForModel put on
+// ctx, keeping the kinds inside a block: a streamed block's backward program recomputes the block
+// from its kept input already, so rematerializing it there would run its forward twice and give
+// XLA a larger program to compile, for the same values (remat recomputes the same operations) and
+// the same peak (the recomputation holds the block's activations as plain differentiation does).
+func (s *streamExecutor) withoutWholeBlockRemat(ctx *context.Context) {
+	r := s.t.Config.Remat
+	if slices.Contains(r.Kinds, wholeBlockKind) {
+		remat.SetBlocks(ctx, remat.With(r.Policy), slices.DeleteFunc(slices.Clone(r.Kinds), func(k string) bool { return k == wholeBlockKind })...)
+	}
 }
 
 // compile creates the stage's programs on the device backend.
