@@ -12,7 +12,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 )
 
@@ -54,19 +53,7 @@ func BenchmarkChunkedCompile(b *testing.B) {
 			name := strings.ReplaceAll(m.String(), fmt.Sprint(1<<30), "all")
 			b.Run(fmt.Sprintf("seq=%d/%s", seq, name), func(b *testing.B) {
 				for b.Loop() {
-					p := m.program(xla, seq)
-					estimate := ograph.Analyze(p).PeakTempBytes
-					start, cpu := time.Now(), testkit.CPUTime(b)
-					compiled, err := ograph.CompileProgram(p)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(time.Since(start).Seconds(), "compile-s")
-					b.ReportMetric((testkit.CPUTime(b) - cpu).Seconds(), "compile-cpu-s")
-					b.ReportMetric(float64(len(p.Graph.Nodes())), "nodes")
-					b.ReportMetric(mib(compiled.TemporaryBytes), "xla-MiB")
-					b.ReportMetric(mib(estimate), "est-MiB")
-					p.Graph.Finalize()
+					testkit.ReportCompile(b, m.program(xla, seq), 1<<20, "MiB")
 				}
 			})
 		}

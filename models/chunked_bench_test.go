@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -85,18 +84,7 @@ func BenchmarkLlamaLongSequence(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					estimate := ograph.Analyze(p).PeakTempBytes
-					start, cpu := time.Now(), testkit.CPUTime(b)
-					compiled, err := ograph.CompileProgram(p)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(time.Since(start).Seconds(), "compile-s")
-					b.ReportMetric((testkit.CPUTime(b) - cpu).Seconds(), "compile-cpu-s")
-					b.ReportMetric(float64(len(p.Graph.Nodes())), "nodes")
-					b.ReportMetric(float64(compiled.TemporaryBytes)/(1<<30), "xla-GiB")
-					b.ReportMetric(float64(estimate)/(1<<30), "est-GiB")
-					p.Graph.Finalize()
+					testkit.ReportCompile(b, p, 1<<30, "GiB")
 				}
 			})
 		}
