@@ -23,7 +23,7 @@ import (
 var (
 	longPreset    = flag.String("models.preset", "llama-3.2-1b", "BenchmarkLlamaLongSequence: the Llama preset")
 	longSeqs      = flag.String("models.seqs", "2048,4096,8192", "BenchmarkLlamaLongSequence: sequence lengths")
-	longAttention = flag.String("models.attention", "plain,chunked=1024", "BenchmarkLlamaLongSequence: attentions (layers.ParseAttention), ';'-separated")
+	longAttention = flag.String("models.attention", "plain;chunked=1024", "BenchmarkLlamaLongSequence: attentions (layers.ParseAttention), ';'-separated")
 	longLoss      = flag.String("models.cross-entropy", "chunked", "BenchmarkLlamaLongSequence: the cross-entropy of the chunked attentions (plain attention keeps the plain loss)")
 )
 
