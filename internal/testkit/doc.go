@@ -6,7 +6,8 @@
 //
 // It sits above graph/ (it creates backends with graph.NewBackend) and below everything else:
 // graph/'s own tests use it from their external test package; the GoMLX compatibility layer below
-// graph/ tests itself without it.
+// graph/ tests itself without it. Its own tests check the repository as CI's `go test ./...` sees it:
+// no executable over 1 MiB is tracked (a build output committed by mistake).
 //
 //	got := testkit.Run(t, testkit.Embedded(), fn, x)[0]
 //	if e := testkit.RelL2(got, want); e > 1e-6 { t.Errorf(...) }
