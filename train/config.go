@@ -96,8 +96,9 @@ func (r Remat) String() string {
 	return s
 }
 
-// Offload says where training state lives besides the device's step. A later mode (the weights
-// streamed from host memory) is one more value and one more executor.
+// Offload says where training state lives besides the device's step: on the device, the
+// optimizer in host memory, or the weights too, streamed to the device a stage at a time. Each
+// value has its executor (executor.go).
 type Offload int
 
 const (

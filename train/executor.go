@@ -22,8 +22,7 @@ import (
 // Each builds its programs from the trainer's step functions (StepFn, and for a split step
 // deviceGradientsFn and hostUpdateFn), compiles them on its first run and keeps the training state
 // in the trainer's context, so checkpoints, resume and the loop are the same for all. A new way to
-// run the step (such as streaming the weights from host memory block by block) is one more type
-// in its own file and one more case in newExecutor.
+// run the step is one more type in its own file and one more case in newExecutor.
 type executor interface {
 	// deviceStep is the graph function the trainer's backend runs in one step: what
 	// Trainer.Program builds for analysis.

@@ -16,7 +16,8 @@ import (
 const EnvPlugin = "ONEGPU_HOST_PJRT_PLUGIN"
 
 // Embedded is the embedded backend's spec the engine falls back to: sequential, as every onegpu
-// program on the embedded backend (DESIGN.md: its parallel executor can deadlock).
+// program on the embedded backend (graph.DefaultEmbedded: GoMLX v0.26.0's parallel executor can
+// deadlock).
 const Embedded = "go"
 
 // NewBackend returns the fastest host backend there is: an XLA CPU client of the plugin named by

@@ -14,6 +14,6 @@
 //	params, err := block0.Update(grads, hostengine.Scaling{}) // one call per stage per step
 //	err = engine.Commit()                                      // once per step, after the stages
 //
-// BenchmarkBandwidth and BenchmarkUpdate (and `onegpu bench --host`) measure the host's memory
+// BenchmarkBandwidth and BenchmarkUpdate (and `onegpu bench --grid host`) measure the host's memory
 // bandwidth and the parameters each optimizer updates per second next to the bound it sets.
 package hostengine
