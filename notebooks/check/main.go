@@ -7,7 +7,9 @@
 // failing shell line (`!cmd`, `!*cmd`) only by printing "exit status N", and a notebook written with
 // --allow-errors keeps error outputs. So a notebook fails the check when a code cell was not executed,
 // when an output is an error, or when an output's text has a line that is "exit status N" or starts with
-// "panic: ", "fatal error: " or GoNB's "ERROR: ".
+// "panic: ", "fatal error: " or GoNB's "ERROR: ". A code cell over 40 lines fails it too: the notebooks
+// keep each step short enough to read on one screen (TestCommittedNotebooks checks the committed
+// notebooks in go test ./..., without Jupyter).
 //
 // With -committed DIR, each executed notebook is also compared with DIR's notebook of the same name,
 // the one it was executed from: a code cell whose outputs differ, after the run-to-run values
@@ -118,6 +120,9 @@ func (t *text) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MaxCellLines is the most lines a code cell may have.
+const MaxCellLines = 40
+
 var failureLine = regexp.MustCompile(`^(exit status \d+|panic: .*|fatal error: .*|ERROR: .*)$`)
 
 // check returns the failures an executed notebook shows, one line each, or an error when it is not a notebook.
@@ -134,6 +139,9 @@ func check(data []byte) ([]string, error) {
 		}
 		code++
 		where := fmt.Sprintf("code cell %d", code)
+		if n := len(strings.Split(strings.TrimRight(string(c.Source), "\n"), "\n")); n > MaxCellLines {
+			problems = append(problems, fmt.Sprintf("%s: %d lines, over the %d a cell may have: split it or move code into a package", where, n, MaxCellLines))
+		}
 		if c.ExecutionCount == nil && strings.TrimSpace(string(c.Source)) != "" {
 			problems = append(problems, where+": not executed")
 		}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -58,4 +61,43 @@ func wantProblems(t *testing.T, problems, want []string) {
 			t.Errorf("problem %d is %q, want it to contain %q", i, problems[i], w)
 		}
 	}
+}
+
+func TestCheckCellLength(t *testing.T) {
+	cell := func(lines int) string {
+		return `{"cell_type": "code", "execution_count": 1, "source": ` + jsonString(strings.Repeat("x := 1\n", lines)) + `, "outputs": []}`
+	}
+	nb := `{"cells": [` + cell(MaxCellLines) + `, ` + cell(MaxCellLines+1) + `]}`
+	problems, err := check([]byte(nb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblems(t, problems, []string{"code cell 2: 41 lines, over the 40"})
+}
+
+// TestCommittedNotebooks runs the check on the committed notebooks, which hold the outputs of their
+// last run: a cell over MaxCellLines, or a committed failure, fails go test ./... without Jupyter.
+func TestCommittedNotebooks(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("..", "[0-9]*.ipynb"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no committed notebooks in ../ (%v)", err)
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		problems, err := check(data)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: %s", path, p)
+		}
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
