@@ -23,6 +23,9 @@ type GroupedQuery struct {
 	// contract); when nil, the core of the Attention set on the context (SetAttention; plain when
 	// none is set).
 	Core func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node
+	// QKVBias gives the query, key and value projections a bias each (Qwen2's attention); the
+	// output projection has none either way.
+	QKVBias bool
 }
 
 // Validate returns an error naming the setting that cannot work.
@@ -36,10 +39,11 @@ func (a GroupedQuery) Validate() error {
 	return a.Rotary.Validate(a.HeadDim)
 }
 
-// GroupedQueryAttention is Hugging Face's LlamaAttention without its cache: Linear projections
-// without biases in scopes "q_proj" ([Heads·HeadDim, width]), "k_proj" and "v_proj"
-// ([KVHeads·HeadDim, width]), rotary embeddings on queries and keys, a.Core (the context's
-// Attention by default) and "o_proj" ([width, Heads·HeadDim]) back to x's width. x is [batch,
+// GroupedQueryAttention is Hugging Face's LlamaAttention without its cache (Qwen2Attention with
+// a.QKVBias): Linear projections in scopes "q_proj" ([Heads·HeadDim, width]), "k_proj" and
+// "v_proj" ([KVHeads·HeadDim, width]), with biases when a.QKVBias, rotary embeddings on queries
+// and keys, a.Core (the context's Attention by default) and "o_proj" ([width, Heads·HeadDim],
+// no bias) back to x's width. x is [batch,
 // sequence, width] in any dtype; the work runs in the compute dtype of the policy on ctx's scope.
 // Keys and values are projected once per key/value head and never copied per query head.
 func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) *graph.Node {
@@ -50,8 +54,9 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) 
 		panic(fmt.Sprintf("layers.GroupedQueryAttention: x must be [batch, sequence, width], got %s", x.Shape()))
 	}
 	batch, seq, width := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
+	qkv := Linear{Bias: a.QKVBias}
 	heads := func(scope string, n int) *graph.Node {
-		return graph.Reshape(Linear(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
+		return graph.Reshape(qkv.Apply(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
 	}
 	q := a.Rotary.Apply(heads("q_proj", a.Heads))
 	k := a.Rotary.Apply(heads("k_proj", a.KVHeads))
@@ -66,5 +71,5 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) 
 	end := ograph.Section(x.Graph(), "attention")                 // for the memory timeline
 	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]
 	end()
-	return Linear(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)
+	return Linear{}.Apply(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)
 }

@@ -3,6 +3,8 @@ package layers_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -67,6 +69,46 @@ func TestGroupedQueryAttentionMatchesFloat64(t *testing.T) {
 	}
 	for _, backend := range testkit.All() {
 		t.Run(backend.Name(), func(t *testing.T) { check.Run(t, backend) })
+	}
+}
+
+// TestGroupedQueryAttentionBiasesMatchFloat64: with QKVBias the q, k and v projections add biases
+// before the rotation (Hugging Face's Qwen2Attention) and o_proj has none: the layer equals the
+// plain float64 one, and so do its gradients, the biases' included.
+func TestGroupedQueryAttentionBiasesMatchFloat64(t *testing.T) {
+	const batch, seq, hidden = 2, 7, 16
+	config := plainllama.Config{Hidden: hidden, Heads: 4, KVHeads: 2, HeadDim: 8, Theta: 1e6}
+	rng := rand.New(rand.NewPCG(7, 9))
+	var names []string
+	check := testkit.PlainCheck{
+		Inputs:  []testkit.Input{testkit.NormalInput(rng, batch, seq, hidden)},
+		Perturb: 0.2, // the biases start at zero
+		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
+			mixed.SetPolicy(ctx, float64Params(compute))
+			out := layers.GroupedQueryAttention(ctx.In("self_attn"), in[0], layers.GroupedQuery{
+				Heads: 4, KVHeads: 2, HeadDim: 8, Rotary: layers.Rotary{Theta: 1e6}, SoftmaxDType: compute, QKVBias: true})
+			names = names[:0]
+			ctx.EnumerateVariables(func(v *context.Variable) {
+				if strings.HasPrefix(v.ScopeAndName(), "/self_attn/") {
+					names = append(names, v.ScopeAndName())
+				}
+			})
+			return out
+		},
+		Plain: func(p map[string][]float64, in [][]float64) []float64 {
+			w := func(name, kind string) []float64 { return p["/self_attn/"+name+"/"+kind] }
+			return plainllama.BiasedSelfAttention(config, in[0], w("q_proj", "weight"), w("k_proj", "weight"), w("v_proj", "weight"), w("o_proj", "weight"),
+				w("q_proj", "bias"), w("k_proj", "bias"), w("v_proj", "bias"), batch, seq)
+		},
+	}
+	for _, backend := range testkit.All() {
+		t.Run(backend.Name(), func(t *testing.T) { check.Run(t, backend) })
+	}
+	slices.Sort(names)
+	want := []string{"/self_attn/k_proj/bias", "/self_attn/k_proj/weight", "/self_attn/o_proj/weight", "/self_attn/q_proj/bias",
+		"/self_attn/q_proj/weight", "/self_attn/v_proj/bias", "/self_attn/v_proj/weight"}
+	if !slices.Equal(names, want) {
+		t.Errorf("variables %v, want %v (biases on q, k, v only)", names, want)
 	}
 }
 

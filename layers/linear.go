@@ -6,7 +6,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -15,27 +17,55 @@ import (
 // Hugging Face-style embeddings start from: transformers' initializer_range default for Llama.
 const InitializerRange = 0.02
 
-// Linear is PyTorch's nn.Linear without a bias, as Hugging Face's Llama uses it: y = x·Wᵀ over
-// x's last axis, with the weight W [features, in] in scope ctx under the name "weight" (PyTorch's
-// layout, so that published weights load without a transpose), normal with std InitializerRange.
-// The product runs in the policy's compute dtype and is tagged as a matmul for remat policies.
-func Linear(ctx *context.Context, x *graph.Node, features int) *graph.Node {
+// Linear is how a model's linear projection is made: PyTorch's nn.Linear as Hugging Face's models
+// use it, y = x·Wᵀ (+ b) over x's last axis, with the weight W [features, in] under the name
+// "weight" in the projection's scope (PyTorch's layout, so that published weights load without a
+// transpose; normal with std InitializerRange) and, with Bias, the bias [features] under "bias"
+// (zeros, as transformers initializes it). Variables are created in the param dtype of the policy
+// on the scope (mixed.PolicyOf), the product runs in its compute dtype and is tagged as a matmul
+// for remat policies.
+//
+// It is the one place onegpu's layers create a projection (the attention's q/k/v/o, the MLP's
+// gate/up/down, a Llama's lm_head), so that what a projection can be is decided here: a bias
+// today, adapters and quantized frozen weights read from the context later. The zero value is
+// nn.Linear(bias=False), the Llama's.
+type Linear struct {
+	// Bias adds a learned bias [features] after the product: nn.Linear(bias=True), as Qwen2's
+	// q_proj, k_proj and v_proj have.
+	Bias bool
+}
+
+// Apply projects x [..., in] to [..., features] with the projection in scope ctx, creating its
+// variables when they do not exist yet. The result is in the policy's compute dtype.
+func (l Linear) Apply(ctx *context.Context, x *graph.Node, features int) *graph.Node {
 	if x.Rank() < 1 || features < 1 {
 		panic(fmt.Sprintf("layers.Linear: cannot project %s to %d features", x.Shape(), features))
 	}
-	return Note(ctx, "Linear", LinearWith(ctx, x, LinearWeight(ctx, x.Graph(), x.Shape().Dim(-1), features)))
+	p := l.Projection(ctx, x.Graph(), x.Shape().Dim(-1), features)
+	y := LinearWith(ctx, x, p.Weight)
+	if p.Bias != nil {
+		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(p.Bias), y, ograph.NegativeZeroFrom(y)))
+	}
+	return Note(ctx, "Linear", y)
 }
 
-// LinearWeight returns Linear's weight [features, in] in scope ctx, creating it as Linear does
-// (in the policy's param dtype, normal with std InitializerRange): for a loss that applies the
-// layer itself, chunk by chunk (ChunkedCrossEntropySum).
-func LinearWeight(ctx *context.Context, g *graph.Graph, in, features int) *graph.Node {
-	return NormalVariable(ctx, "weight", shapes.Make(mixed.PolicyOf(ctx).Param, features, in), InitializerRange).ValueGraph(g)
+// Projection returns the variables of the projection from in to features in scope ctx, created
+// as Apply creates them, as a Projection (Weight [features, in], ClassesFirst; Bias or nil): for a
+// loss that applies the output layer itself, chunk by chunk (ChunkedCrossEntropySum).
+func (l Linear) Projection(ctx *context.Context, g *graph.Graph, in, features int) Projection {
+	param := mixed.PolicyOf(ctx).Param
+	p := Projection{ClassesFirst: true,
+		Weight: NormalVariable(ctx, "weight", shapes.Make(param, features, in), InitializerRange).ValueGraph(g)}
+	if l.Bias {
+		p.Bias = ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(param, features)).ValueGraph(g)
+	}
+	return p
 }
 
-// LinearWith is Linear with a weight [features, in] the caller owns, e.g. the embedding table of a
-// model with tied input and output embeddings: x·weightᵀ, weight cast to the compute dtype of the
-// policy on ctx's scope where it is used (so its gradient comes back in its own dtype).
+// LinearWith is x·weightᵀ for a weight [features, in] the caller owns, e.g. the embedding table of
+// a model with tied input and output embeddings, cast to the compute dtype of the policy on ctx's
+// scope where it is used (so its gradient comes back in its own dtype). Linear.Apply computes its
+// product with it.
 func LinearWith(ctx *context.Context, x, weight *graph.Node) *graph.Node {
 	p := mixed.PolicyOf(ctx)
 	if weight.Rank() != 2 || x.Rank() < 1 || weight.Shape().Dim(1) != x.Shape().Dim(-1) {

@@ -14,7 +14,8 @@ func SwiGLU(ctx *context.Context, x *graph.Node, intermediate int) *graph.Node {
 	if x.Rank() < 1 || intermediate < 1 {
 		panic(fmt.Sprintf("layers.SwiGLU: cannot expand %s to an intermediate width of %d", x.Shape(), intermediate))
 	}
-	gate := SiLU(Linear(ctx.In("gate_proj"), x, intermediate))
-	up := Linear(ctx.In("up_proj"), x, intermediate)
-	return Note(ctx, "SwiGLU", Linear(ctx.In("down_proj"), graph.Mul(gate, up), x.Shape().Dim(-1)))
+	var linear Linear // without biases
+	gate := SiLU(linear.Apply(ctx.In("gate_proj"), x, intermediate))
+	up := linear.Apply(ctx.In("up_proj"), x, intermediate)
+	return Note(ctx, "SwiGLU", linear.Apply(ctx.In("down_proj"), graph.Mul(gate, up), x.Shape().Dim(-1)))
 }

@@ -68,7 +68,7 @@ func (m Llama) Head(ctx *context.Context, hidden *graph.Node) *graph.Node {
 	if m.Config.TiedEmbeddings {
 		logits = layers.LinearWith(ctx, hidden, m.embeddings(ctx, hidden.Graph()))
 	} else {
-		logits = layers.Linear(ctx.In("lm_head"), hidden, m.Config.Vocab)
+		logits = layers.Linear{}.Apply(ctx.In("lm_head"), hidden, m.Config.Vocab)
 	}
 	return layers.Note(ctx, "logits", mixed.PolicyOf(ctx).CastToOutput(logits))
 }
@@ -116,17 +116,16 @@ func (m Llama) CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.No
 	hidden := m.Hidden(ctx, tokens)
 	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
 	if chunk := layers.CrossEntropyOf(ctx).Chunk; chunk > 0 {
-		head := layers.Projection{Weight: m.headWeight(ctx, hidden.Graph()), ClassesFirst: true}
-		return layers.ChunkedCrossEntropySum(hidden, head, labels, mask, chunk)
+		return layers.ChunkedCrossEntropySum(hidden, m.head(ctx, hidden.Graph()), labels, mask, chunk)
 	}
 	return mixed.SoftmaxCrossEntropySum(m.Head(ctx, hidden), labels, mask)
 }
 
-// headWeight is the output layer's weight [Vocab, Hidden]: the embedding table when the embeddings
-// are tied, "lm_head" otherwise.
-func (m Llama) headWeight(ctx *context.Context, g *graph.Graph) *graph.Node {
+// head is the output layer as a layers.Projection (weight [Vocab, Hidden]): the embedding table
+// when the embeddings are tied, "lm_head" otherwise.
+func (m Llama) head(ctx *context.Context, g *graph.Graph) layers.Projection {
 	if m.Config.TiedEmbeddings {
-		return m.embeddings(ctx, g)
+		return layers.Projection{Weight: m.embeddings(ctx, g), ClassesFirst: true}
 	}
-	return layers.LinearWeight(ctx.In("lm_head"), g, m.Config.Hidden, m.Config.Vocab)
+	return layers.Linear{}.Projection(ctx.In("lm_head"), g, m.Config.Hidden, m.Config.Vocab)
 }

@@ -46,8 +46,7 @@ func (m Llama) HeadStage(ctx *context.Context, x *graph.Node, batch []*graph.Nod
 	if chunk == 0 {
 		return classification(m.Head(ctx, hidden), batch[1])
 	}
-	head := layers.Projection{Weight: m.headWeight(ctx, hidden.Graph()), ClassesFirst: true}
-	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, head, batch[1], nil, chunk)
+	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, m.head(ctx, hidden.Graph()), batch[1], nil, chunk)
 	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
 }
 

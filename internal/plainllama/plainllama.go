@@ -26,6 +26,14 @@ func Linear(x, w []float64, in, out int) []float64 {
 	return y
 }
 
+// AddBias adds b [out] to every row of y [rows, out] in place (nil b: nothing), and returns y.
+func AddBias(y, b []float64) []float64 {
+	for r := 0; b != nil && r < len(y); r += len(b) {
+		add(y[r:r+len(b)], b)
+	}
+	return y
+}
+
 // RMSNorm returns x / sqrt(mean(x²) + eps) · weight over rows of width len(weight).
 func RMSNorm(x, weight []float64, eps float64) []float64 {
 	w := len(weight)
@@ -149,22 +157,31 @@ type Config struct {
 	Theta, Eps                                                   float64
 	Scaling                                                      *Scaling
 	Tied                                                         bool
+	// QKVBias: q_proj, k_proj and v_proj have biases (Qwen2).
+	QKVBias bool
 }
 
 // SelfAttention is LlamaAttention on x [batch, seq, hidden] with the weights of one layer's
 // self_attn (q_proj, k_proj, v_proj, o_proj, each [out, in]).
 func SelfAttention(c Config, x, wq, wk, wv, wo []float64, batch, seq int) []float64 {
-	q := Linear(x, wq, c.Hidden, c.Heads*c.HeadDim)
-	k := Linear(x, wk, c.Hidden, c.KVHeads*c.HeadDim)
-	v := Linear(x, wv, c.Hidden, c.KVHeads*c.HeadDim)
+	return BiasedSelfAttention(c, x, wq, wk, wv, wo, nil, nil, nil, batch, seq)
+}
+
+// BiasedSelfAttention is SelfAttention with biases bq, bk, bv (nil: none) on the q, k and v
+// projections: Qwen2Attention.
+func BiasedSelfAttention(c Config, x, wq, wk, wv, wo, bq, bk, bv []float64, batch, seq int) []float64 {
+	q := AddBias(Linear(x, wq, c.Hidden, c.Heads*c.HeadDim), bq)
+	k := AddBias(Linear(x, wk, c.Hidden, c.KVHeads*c.HeadDim), bk)
+	v := AddBias(Linear(x, wv, c.Hidden, c.KVHeads*c.HeadDim), bv)
 	freqs := Frequencies(c.Theta, c.HeadDim, c.Scaling)
 	Rotate(q, batch, seq, c.Heads, c.HeadDim, freqs)
 	Rotate(k, batch, seq, c.KVHeads, c.HeadDim, freqs)
 	return Linear(Attention(q, k, v, batch, seq, c.Heads, c.KVHeads, c.HeadDim), wo, c.Heads*c.HeadDim, c.Hidden)
 }
 
-// Logits returns LlamaForCausalLM's logits [batch, seq, vocab] for tokens [batch, seq], with the
-// weights named by Hugging Face's names with "/" for "." and a final "/weight" ("model/norm/weight").
+// Logits returns LlamaForCausalLM's logits [batch, seq, vocab] for tokens [batch, seq] (with
+// c.QKVBias, Qwen2ForCausalLM's), with the weights named by Hugging Face's names with "/" for "."
+// and a final "/weight" or "/bias" ("model/norm/weight").
 func Logits(c Config, w map[string][]float64, tokens []int, batch, seq int) []float64 {
 	embed := w["/model/embed_tokens/weight"]
 	x := make([]float64, 0, batch*seq*c.Hidden)
@@ -172,15 +189,20 @@ func Logits(c Config, w map[string][]float64, tokens []int, batch, seq int) []fl
 		x = append(x, embed[t*c.Hidden:(t+1)*c.Hidden]...)
 	}
 	for l := range c.Layers {
-		p := func(name string) []float64 {
-			values, ok := w["/model/layers/"+strconv.Itoa(l)+"/"+name+"/weight"]
+		v := func(name, kind string) []float64 {
+			values, ok := w["/model/layers/"+strconv.Itoa(l)+"/"+name+"/"+kind]
 			if !ok {
-				panic("plainllama: no weight " + name + " in layer " + strconv.Itoa(l))
+				panic("plainllama: no " + kind + " " + name + " in layer " + strconv.Itoa(l))
 			}
 			return values
 		}
+		p := func(name string) []float64 { return v(name, "weight") }
+		var bq, bk, bv []float64
+		if c.QKVBias {
+			bq, bk, bv = v("self_attn/q_proj", "bias"), v("self_attn/k_proj", "bias"), v("self_attn/v_proj", "bias")
+		}
 		h := RMSNorm(x, p("input_layernorm"), c.Eps)
-		add(x, SelfAttention(c, h, p("self_attn/q_proj"), p("self_attn/k_proj"), p("self_attn/v_proj"), p("self_attn/o_proj"), batch, seq))
+		add(x, BiasedSelfAttention(c, h, p("self_attn/q_proj"), p("self_attn/k_proj"), p("self_attn/v_proj"), p("self_attn/o_proj"), bq, bk, bv, batch, seq))
 		h = RMSNorm(x, p("post_attention_layernorm"), c.Eps)
 		add(x, SwiGLU(h, p("mlp/gate_proj"), p("mlp/up_proj"), p("mlp/down_proj"), c.Hidden, c.Intermediate))
 	}
