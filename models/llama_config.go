@@ -11,8 +11,8 @@ import (
 )
 
 // LlamaConfig is the shape of a Llama-class decoder (Llama 2 and 3, TinyLlama, Mistral without
-// sliding windows): the fields of Hugging Face's LlamaConfig (config.json) the model needs, by
-// their Go names, plus the sequence length it trains at.
+// sliding windows, Qwen2 with QKVBias): the fields of Hugging Face's LlamaConfig (config.json) the
+// model needs, by their Go names, plus the sequence length it trains at.
 type LlamaConfig struct {
 	Vocab          int          // vocab_size: token ids are in [0, Vocab)
 	Hidden         int          // hidden_size: width of the residual stream
@@ -27,6 +27,7 @@ type LlamaConfig struct {
 	RopeScaling    *RopeScaling // nil: none; Llama 3's frequency scaling (rope_type "llama3") otherwise
 	NormEpsilon    float64      // rms_norm_eps
 	TiedEmbeddings bool         // tie_word_embeddings: the output layer is the embedding table
+	QKVBias        bool         // q_proj, k_proj and v_proj have biases (Qwen2); o_proj has none
 	Description    string       // one line for people
 }
 
@@ -43,7 +44,7 @@ func (c LlamaConfig) Rotary() layers.Rotary {
 // Attention returns the config's grouped-query attention (heads, rotary embeddings), with the
 // default softmax dtype and core.
 func (c LlamaConfig) Attention() layers.GroupedQuery {
-	return layers.GroupedQuery{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Rotary: c.Rotary()}
+	return layers.GroupedQuery{Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Rotary: c.Rotary(), QKVBias: c.QKVBias}
 }
 
 // Validate returns an error naming the first field that cannot work, and why.
@@ -86,9 +87,9 @@ func (c LlamaConfig) Validate() error {
 }
 
 // Params returns the number of parameters of the Llama, counted from the config: the embedding
-// table, per layer two RMSNorm weights, the q/k/v/o projections and the three SwiGLU matrices, the
-// final norm, and the output layer unless the embeddings are tied. It is exact for configs
-// Validate accepts.
+// table, per layer two RMSNorm weights, the q/k/v/o projections (and the q/k/v biases with
+// QKVBias) and the three SwiGLU matrices, the final norm, and the output layer unless the
+// embeddings are tied. It is exact for configs Validate accepts.
 func (c LlamaConfig) Params() int64 { return llamaParamCount[int64](c) }
 
 // llamaParamCount counts the parameters in T: int64 for the exact count, float64 to see whether
@@ -97,6 +98,9 @@ func llamaParamCount[T int64 | float64](c LlamaConfig) T {
 	h, v, i := T(c.Hidden), T(c.Vocab), T(c.Intermediate)
 	q, kv := T(c.Heads)*T(c.HeadDim), T(c.KVHeads)*T(c.HeadDim)
 	layer := 2*h + q*h + 2*kv*h + h*q + 3*h*i
+	if c.QKVBias {
+		layer += q + 2*kv
+	}
 	total := v*h + T(c.Layers)*layer + h
 	if !c.TiedEmbeddings {
 		total += v * h

@@ -26,7 +26,8 @@ import (
 
 // TestLlamaPresetParameterCounts: the published presets count exactly the published parameters,
 // both by the config's formula and by the variables the model creates (shapes only: nothing is
-// allocated, which is what lets an 8B model be counted on a small machine).
+// allocated, which is what lets an 8B model be counted on a small machine); and so does the tiny
+// preset with q/k/v biases.
 func TestLlamaPresetParameterCounts(t *testing.T) {
 	for name, want := range map[string]int64{
 		"tinyllama-1.1b": 1_100_048_384,
@@ -44,19 +45,28 @@ func TestLlamaPresetParameterCounts(t *testing.T) {
 		if want != 0 && config.Params() != want {
 			t.Errorf("%s: LlamaConfig.Params() = %d, want %d", name, config.Params(), want)
 		}
-		m, err := models.NewLlama(config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := layers.Summarize(testkit.Embedded(), func(ctx *context.Context, g *graph.Graph) {
-			m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, 4)))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Params != config.Params() {
-			t.Errorf("%s: the model creates %d parameters, the config counts %d", name, s.Params, config.Params())
-		}
+		checkParamCount(t, name, config)
+	}
+	biased, _ := models.LlamaPreset("tiny")
+	biased.QKVBias = true
+	checkParamCount(t, "tiny with q/k/v biases", biased)
+}
+
+// checkParamCount checks that the Llama of config creates the parameters its config counts.
+func checkParamCount(t *testing.T, name string, config models.LlamaConfig) {
+	t.Helper()
+	m, err := models.NewLlama(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := layers.Summarize(testkit.Embedded(), func(ctx *context.Context, g *graph.Graph) {
+		m.Logits(ctx, graph.Parameter(g, "tokens", shapes.Make(dtypes.Int32, 1, 4)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Params != config.Params() {
+		t.Errorf("%s: the model creates %d parameters, the config counts %d", name, s.Params, config.Params())
 	}
 }
 
@@ -70,7 +80,7 @@ func tinyLlama(tied bool) models.LlamaConfig {
 
 func plainConfig(c models.LlamaConfig) plainllama.Config {
 	p := plainllama.Config{Vocab: c.Vocab, Hidden: c.Hidden, Intermediate: c.Intermediate, Layers: c.Layers, Heads: c.Heads,
-		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Theta: c.RopeTheta, Eps: c.NormEpsilon, Tied: c.TiedEmbeddings}
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, Theta: c.RopeTheta, Eps: c.NormEpsilon, Tied: c.TiedEmbeddings, QKVBias: c.QKVBias}
 	if s := c.RopeScaling; s != nil {
 		p.Scaling = &plainllama.Scaling{Factor: s.Factor, Low: s.LowFreqFactor, High: s.HighFreqFactor, Original: s.OriginalMaxPositions}
 	}
@@ -89,10 +99,12 @@ func randomTokens(seed uint64, vocab, batch, seq int) testkit.Input {
 // TestLlamaMatchesPlainFloat64: the whole Llama's logits in float64 equal an independent plain
 // float64 implementation of Hugging Face's LlamaForCausalLM, its float64 gradients equal central
 // differences of that implementation, and the gradients of every parameter computed in float32
-// are within 1e-5 (relative L2) of the float64 ones; with tied and untied embeddings.
+// are within 1e-5 (relative L2) of the float64 ones; with tied and untied embeddings, and with
+// q/k/v biases (Qwen2's attention).
 func TestLlamaMatchesPlainFloat64(t *testing.T) {
-	for _, tied := range []bool{true, false} {
-		config := tinyLlama(tied)
+	for _, v := range []struct{ tied, bias bool }{{true, false}, {false, false}, {true, true}} {
+		tied, config := v.tied, tinyLlama(v.tied)
+		config.QKVBias = v.bias
 		const batch = 2
 		tokens := randomTokens(9, config.Vocab, batch, config.SeqLen)
 		check := testkit.PlainCheck{
@@ -116,7 +128,7 @@ func TestLlamaMatchesPlainFloat64(t *testing.T) {
 			},
 		}
 		for _, backend := range testkit.All() {
-			t.Run(fmt.Sprintf("tied %v/%s", tied, backend.Name()), func(t *testing.T) { check.Run(t, backend) })
+			t.Run(fmt.Sprintf("tied %v bias %v/%s", tied, v.bias, backend.Name()), func(t *testing.T) { check.Run(t, backend) })
 		}
 	}
 }

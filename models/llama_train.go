@@ -92,6 +92,9 @@ func (m Llama) String() string {
 	if c.TiedEmbeddings {
 		s += ", tied embeddings"
 	}
+	if c.QKVBias {
+		s += ", q/k/v biases"
+	}
 	if d := m.SoftmaxDType; d != dtypes.InvalidDType && d != dtypes.Float32 {
 		s += fmt.Sprintf(", softmax %s", d)
 	}
