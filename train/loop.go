@@ -11,6 +11,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/progress"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
@@ -280,9 +281,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 }
 
 func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Duration, first bool) {
-	width := 30
-	done := width * m.Step / max(total, 1)
-	bar := fmt.Sprintf("[%s%s]", strings.Repeat("█", done), strings.Repeat("·", width-done))
+	bar := progress.Bar(m.Step, total, 30)
 	rate := fmt.Sprintf("%.2f steps/s, %s/s", 1/elapsed.Seconds(), perSecond(m.Count/elapsed.Seconds(), countUnitOf(t.Config.Model)))
 	if first {
 		rate = fmt.Sprintf("first step %.1fs (builds and compiles the step)", elapsed.Seconds())

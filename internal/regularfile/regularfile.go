@@ -134,7 +134,7 @@ func read(path string, want int64, atMost bool) ([]byte, error) {
 	// to notice a file that grew.
 	buf := make([]byte, size+1)
 	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) { // EOF: an empty file
 		return nil, err
 	}
 	if int64(n) != size {

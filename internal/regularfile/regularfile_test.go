@@ -63,8 +63,8 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 }
 
 // TestReadChecksTheSizeFirst: ReadExactly reads a file of exactly the size asked and refuses
-// another size with a *SizeError naming both; ReadAtMost reads up to its limit; neither reads
-// through a link.
+// another size with a *SizeError naming both; ReadAtMost reads up to its limit, an empty file
+// too; neither reads through a link.
 func TestReadChecksTheSizeFirst(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "data")
@@ -76,6 +76,13 @@ func TestReadChecksTheSizeFirst(t *testing.T) {
 	}
 	if b, err := regularfile.ReadAtMost(path, 10); err != nil || len(b) != 10 {
 		t.Errorf("ReadAtMost(10) = %q, %v", b, err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := regularfile.ReadAtMost(empty, 10); err != nil || len(b) != 0 {
+		t.Errorf("ReadAtMost(empty file) = %q, %v; want no bytes", b, err)
 	}
 	var size *regularfile.SizeError
 	for _, c := range []struct {
