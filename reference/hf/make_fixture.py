@@ -1,6 +1,7 @@
 """The Hugging Face fixtures of onegpu's hf package, made and checked with transformers itself.
 
-    python make_fixture.py make [OUT]               # writes the fixtures below into OUT (default hf/testdata)
+    python make_fixture.py make [OUT [NAME...]]     # writes the fixtures below (or those named) into OUT
+                                                    # (default hf/testdata)
     python make_fixture.py compare EXPORTED FIXTURE # loads a folder onegpu exported into transformers and
                                                     # compares its logits with FIXTURE's (e.g. hf/testdata/llama3_untied)
     python make_fixture.py loss FOLDER TOKENS.npy    # transformers' mean next-token cross-entropy of the ids
@@ -22,12 +23,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
+# Each fixture is a model_type (the family transformers builds, as AutoConfig.for_model names it),
+# its config, the dtype it is saved in, the shard size and the seed of its weights and tokens.
 FIXTURES = {
     # Llama 3 style: rotary frequency scaling (all three of its regimes at head_dim 16), untied
     # output layer, grouped-query attention (4 heads on 2), non-default theta and epsilon; float32.
     "llama3_untied": dict(
+        model_type="llama",
         config=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
                     rope_theta=50000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
@@ -37,6 +41,7 @@ FIXTURES = {
     # Llama 2 / TinyLlama style: no scaling, tied embeddings, one key/value head; saved in bfloat16
     # and sharded (an index and several files), as published checkpoints are.
     "tied_bf16_sharded": dict(
+        model_type="llama",
         config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
                     rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_scaling=None),
@@ -54,11 +59,13 @@ def logits_of(model, tokens):
         return model(torch.from_numpy(tokens)).logits.float().numpy()
 
 
-def make(out):
+def make(out, names):
     os.makedirs(out, exist_ok=True)
-    for name, spec in FIXTURES.items():
+    for name in names or FIXTURES:
+        spec = FIXTURES[name]
         torch.manual_seed(spec["seed"])
-        model = LlamaForCausalLM(LlamaConfig(**spec["config"])).eval()
+        config = AutoConfig.for_model(spec["model_type"], **spec["config"])
+        model = AutoModelForCausalLM.from_config(config).eval()
         with torch.no_grad():
             for pname, p in model.named_parameters():
                 if pname.endswith("norm.weight"):
@@ -104,8 +111,8 @@ def compare(exported, fixture):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 2 and sys.argv[1] == "make" and len(sys.argv) <= 3:
-        make(sys.argv[2] if len(sys.argv) == 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"))
+    if len(sys.argv) >= 2 and sys.argv[1] == "make" and all(n in FIXTURES for n in sys.argv[3:]):
+        make(sys.argv[2] if len(sys.argv) >= 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"), sys.argv[3:])
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "loss":
