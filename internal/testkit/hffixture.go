@@ -5,13 +5,16 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strings"
 	"testing"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
 )
 
-// HFFixture is a committed tiny random Llama saved by transformers (reference/hf/make_fixture.py,
-// in hf/testdata), with its tokens [Batch, Seq] and transformers' float32 logits for them.
+// HFFixture is a committed tiny random model of a Hugging Face family saved by transformers
+// (reference/hf/make_fixture.py, in hf/testdata), with its tokens [Batch, Seq] and transformers'
+// float32 logits for them.
 type HFFixture struct {
 	Dir        string // the checkpoint folder
 	Tokens     []int64
@@ -19,11 +22,33 @@ type HFFixture struct {
 	Logits     []float32 // [Batch, Seq, vocab]
 }
 
+// hfTestdata is the folder of the committed fixtures, hf/testdata.
+func hfTestdata() string {
+	_, here, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(here), "..", "..", "hf", "testdata")
+}
+
+// HFFixtureNames lists the committed fixtures (each folder of hf/testdata with a
+// NAME.logits.safetensors beside it), sorted: a test over all of them covers a fixture added
+// later (a model family's) without a change.
+func HFFixtureNames(t testing.TB) []string {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(hfTestdata(), "*.logits.safetensors"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no fixtures in %s: %v", hfTestdata(), err)
+	}
+	var names []string
+	for _, p := range paths {
+		names = append(names, strings.TrimSuffix(filepath.Base(p), ".logits.safetensors"))
+	}
+	sort.Strings(names)
+	return names
+}
+
 // ReadHFFixture reads hf/testdata/NAME and NAME.logits.safetensors, from any package's tests.
 func ReadHFFixture(t testing.TB, name string) HFFixture {
 	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(here), "..", "..", "hf", "testdata", name)
+	dir := filepath.Join(hfTestdata(), name)
 	f, err := safetensors.Open(dir + ".logits.safetensors")
 	if err != nil {
 		t.Fatal(err)
