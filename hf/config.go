@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/onegpu/onegpu/internal/regularfile"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -20,14 +21,43 @@ const ConfigFile = "config.json"
 // max_position_embeddings): config.json says how far the model reads, not how long a run trains.
 const DefaultSeqLen = 2048
 
-// ReadConfig reads dir/config.json into a models.LlamaConfig. See ParseConfig.
+// ReadConfig reads dir/config.json into a models.LlamaConfig. See ParseConfig; the file must be
+// a regular file (or a link to one) of at most regularfile.MaxSmallBytes.
 func ReadConfig(dir string) (models.LlamaConfig, error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err := os.ReadFile(path)
+	raw, err := readJSON(path)
 	if err != nil {
 		return models.LlamaConfig{}, err
 	}
 	return ParseConfig(raw, path)
+}
+
+// readJSON reads a JSON file of a checkpoint folder whole: a regular file, or a link to one (a
+// Hugging Face cache's snapshot is links into its blobs), of at most regularfile.MaxSmallBytes,
+// in valid UTF-8.
+func readJSON(path string) ([]byte, error) {
+	raw, err := regularfile.ReadLinked(path, regularfile.MaxSmallBytes)
+	if err != nil {
+		return nil, err
+	}
+	return raw, validUTF8(raw, path)
+}
+
+// validUTF8 refuses JSON text that is not valid UTF-8, which Go's decoder would read with the bad
+// bytes replaced (a key "vocab_size" with a stray byte would silently become another key).
+func validUTF8(raw []byte, source string) error {
+	if utf8.Valid(raw) {
+		return nil
+	}
+	at := 0
+	for at < len(raw) {
+		r, n := utf8.DecodeRune(raw[at:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		at += n
+	}
+	return fmt.Errorf("%s is not valid UTF-8 (byte %d is 0x%02x): JSON is UTF-8; the file is damaged or not JSON", source, at, raw[at])
 }
 
 // architectures that hold exactly the Llama's tensors, by model_type.
@@ -60,6 +90,9 @@ var refused = map[string]string{
 // max_position_embeddings; fields that do not change the math (token ids, dtype, use_cache, ...)
 // are ignored. The result is validated (models.LlamaConfig.Validate).
 func ParseConfig(raw []byte, source string) (models.LlamaConfig, error) {
+	if err := validUTF8(raw, source); err != nil {
+		return models.LlamaConfig{}, err
+	}
 	p := configParser{source: source}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,7 +45,7 @@ func openWeights(dir string) (_ *weights, err error) {
 		}
 	}()
 	single := filepath.Join(dir, SingleFile)
-	if _, err := os.Stat(single); err == nil {
+	if _, err := os.Lstat(single); err == nil { // whatever it is: Open says what is wrong with it
 		f, err := safetensors.Open(single)
 		if err != nil {
 			return nil, err
@@ -55,10 +56,10 @@ func openWeights(dir string) (_ *weights, err error) {
 		}
 		return w, nil
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, IndexFile))
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(dir, IndexFile)); errors.Is(err, fs.ErrNotExist) {
 		return nil, noWeightsError(dir)
 	}
+	raw, err := readJSON(filepath.Join(dir, IndexFile))
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
 // File is an open safetensors file: its validated header, and its tensors' data read on demand.
@@ -25,7 +27,9 @@ type File struct {
 }
 
 // Open opens path, reads and validates its header (see ParseHeader) and maps the file when the
-// platform allows it. Errors name the file.
+// platform allows it. Errors name the file. path must be a regular file or a symbolic link to one
+// (a Hugging Face cache links its snapshots to blobs); a folder, a named pipe or a device is
+// refused before it is read (see regularfile.OpenLinked).
 func Open(path string) (*File, error) { return open(path, true) }
 
 // OpenUnmapped is Open without memory mapping: tensors are read with ReadAt, as on platforms
@@ -34,7 +38,7 @@ func Open(path string) (*File, error) { return open(path, true) }
 func OpenUnmapped(path string) (*File, error) { return open(path, false) }
 
 func open(path string, mapFile bool) (*File, error) {
-	file, err := os.Open(path)
+	file, err := regularfile.OpenLinked(path)
 	if err != nil {
 		return nil, err
 	}

@@ -23,3 +23,8 @@ func Links(info os.FileInfo) (uint64, bool) {
 	}
 	return uint64(st.Nlink), true // Nlink is uint16, uint32 or uint64, by system
 }
+
+// openReading opens path for reading, following links, without waiting for a named pipe's writer.
+func openReading(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}

@@ -14,9 +14,15 @@ type NotRegularError struct {
 	Mode fs.FileMode
 	// Target is where a symbolic link points ("" for other kinds).
 	Target string
+	// Followed: Path is a symbolic link that was followed (OpenLinked), to Target, and Mode is
+	// the kind of file it leads to.
+	Followed bool
 }
 
 func (e *NotRegularError) Error() string {
+	if e.Followed {
+		return fmt.Sprintf("%s is a symbolic link to %s, which is %s, not a regular file", e.Path, e.Target, Kind(e.Mode))
+	}
 	what := Kind(e.Mode)
 	if e.Target != "" {
 		what += " to " + e.Target
@@ -99,7 +105,11 @@ type SizeError struct {
 
 func (e *SizeError) Error() string {
 	if e.AtMost {
-		return fmt.Sprintf("%s holds %d bytes, more than the %d expected", e.Path, e.Size, e.Want)
+		bound := fmt.Sprint(e.Want)
+		if e.Want >= 1<<20 && e.Want%(1<<20) == 0 {
+			bound += fmt.Sprintf(" (%d MiB)", e.Want>>20)
+		}
+		return fmt.Sprintf("%s holds %d bytes, more than the %s expected", e.Path, e.Size, bound)
 	}
 	return fmt.Sprintf("%s holds %d bytes, %d expected", e.Path, e.Size, e.Want)
 }
@@ -122,6 +132,11 @@ func read(path string, want int64, atMost bool) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readOpen(f, path, want, atMost)
+}
+
+// readOpen reads the open file f (named path) whole, as read does.
+func readOpen(f *os.File, path string, want int64, atMost bool) ([]byte, error) {
 	info, err := f.Stat()
 	if err != nil {
 		return nil, err

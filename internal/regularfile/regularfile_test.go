@@ -106,3 +106,66 @@ func TestReadChecksTheSizeFirst(t *testing.T) {
 		t.Errorf("ReadAtMost through a link = %q, %v; want a *NotRegularError", b, err)
 	}
 }
+
+// TestLinkedFollowsToRegularFilesOnly: OpenLinked, CheckLinked and ReadLinked follow a symbolic
+// link to a regular file (a Hugging Face cache's snapshots are links to blobs), and refuse a link
+// to a folder, to a named pipe (without waiting for a writer) or to a device, naming where the
+// link leads, a dangling link (fs.ErrNotExist), and a file over the limit (naming it in MiB).
+func TestLinkedFollowsToRegularFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	blob := filepath.Join(dir, "blob")
+	if err := os.WriteFile(blob, []byte(`{"a": 1}`), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	link := func(name, target string) string {
+		path := filepath.Join(dir, name)
+		if err := os.Symlink(target, path); err != nil {
+			t.Skipf("no symbolic links here: %v", err)
+		}
+		return path
+	}
+	good := link("config.json", blob)
+	if raw, err := regularfile.ReadLinked(good, 8); err != nil || string(raw) != `{"a": 1}` {
+		t.Errorf("ReadLinked through a link to a file: %q, %v", raw, err)
+	}
+	if n, err := regularfile.CheckLinked(good, 100); n != 8 || err != nil {
+		t.Errorf("CheckLinked: %d, %v", n, err)
+	}
+	var size *regularfile.SizeError
+	if _, err := regularfile.ReadLinked(good, 7); !errors.As(err, &size) {
+		t.Errorf("ReadLinked over the limit: %v", err)
+	}
+	sparse := filepath.Join(dir, "sparse")
+	if f, err := os.Create(sparse); err != nil || f.Truncate(1<<40) != nil || f.Close() != nil {
+		t.Skipf("no sparse 1 TiB file here: %v", err)
+	}
+	if _, err := regularfile.ReadLinked(sparse, regularfile.MaxSmallBytes); err == nil || !strings.Contains(err.Error(), "holds 1099511627776 bytes, more than the 67108864 (64 MiB) expected") {
+		t.Errorf("a sparse 1 TiB file: %v", err)
+	}
+	var notFound *os.PathError
+	if _, err := regularfile.OpenLinked(link("dangling", filepath.Join(dir, "nowhere"))); !errors.As(err, &notFound) || !os.IsNotExist(err) {
+		t.Errorf("a dangling link: %v", err)
+	}
+	cases := map[string]string{link("to-folder", dir): "which is a folder, not a regular file", dir: dir + " is a folder, not a regular file"}
+	if runtime.GOOS != "windows" {
+		fifo := filepath.Join(dir, "fifo")
+		if err := testkit.MakeFIFO(fifo); err != nil {
+			t.Fatal(err)
+		}
+		cases[link("to-fifo", fifo)] = "to-fifo is a symbolic link to " + fifo + ", which is a named pipe, not a regular file"
+		cases[fifo] = fifo + " is a named pipe, not a regular file"
+		cases[link("to-zero", "/dev/zero")] = "to-zero is a symbolic link to /dev/zero, which is a device, not a regular file"
+	}
+	for path, want := range cases {
+		var notRegular *regularfile.NotRegularError
+		for name, err := range map[string]error{
+			"OpenLinked":  func() error { f, err := regularfile.OpenLinked(path); f.Close(); return err }(),
+			"CheckLinked": func() error { _, err := regularfile.CheckLinked(path, 100); return err }(),
+			"ReadLinked":  func() error { _, err := regularfile.ReadLinked(path, 100); return err }(),
+		} {
+			if !errors.As(err, &notRegular) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s(%s) = %v, want a *NotRegularError saying %q", name, path, err, want)
+			}
+		}
+	}
+}
