@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/onegpu/onegpu/hf/safetensors"
 	"github.com/onegpu/onegpu/internal/atomicfile"
+	"github.com/onegpu/onegpu/internal/regularfile"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -36,8 +38,14 @@ type ExportOptions struct {
 	MaxShardBytes int64
 	// From is the checkpoint folder the model was loaded from, or "": the fields of its
 	// config.json that do not describe the model's math (token ids, generation settings, ...) are
-	// kept in the exported config.json, and its tokenizer and generation files are copied.
+	// kept in the exported config.json, and its tokenizer and generation files are copied. Export
+	// refuses to write into it (*SourceFolderError).
 	From string
+	// Overwrite lets Export write into a folder that holds files it did not export (see
+	// CheckExportFolder): its config.json and weights are replaced and its other weights files
+	// removed; other files are left as they are. False (the default) refuses such a folder with a
+	// *ForeignFolderError.
+	Overwrite bool
 }
 
 // carried are the files of a source checkpoint that Export copies: the tokenizer's and the
@@ -59,7 +67,13 @@ var weightFile = regexp.MustCompile(`^model(-\d{5}-of-\d{5})?\.safetensors(\.ind
 // export in dir that this one did not write are removed last, so that transformers cannot pick up
 // a stale model.safetensors. Tensors are converted and written one at a time: beyond the
 // variables, Go holds one tensor (its host copy, when it lives on a device) and a 1 MiB buffer.
-// A variable missing from ctx or shaped unlike the config is an error, before anything is written.
+//
+// dir is a new or empty folder, or one Export wrote before, which it recognizes by MarkerFile
+// (written first, so that a folder an export left half-written is recognized too, and locked
+// while Export writes); any other folder is refused unless opts.Overwrite (see
+// CheckExportFolder, which a run calls before it trains). Temporary files a killed export left
+// are removed. A variable missing from ctx or shaped unlike the config, or a folder Export may
+// not write, is an error before anything is written.
 func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportOptions) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -108,14 +122,25 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 	if len(problems) > 0 {
 		return fmt.Errorf("exporting to %s (nothing was written):\n  %s", dir, strings.Join(problems, "\n  "))
 	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return err
+	folder, err := claimFolder(dir, opts)
+	if err != nil {
+		return fmt.Errorf("exporting to %s (nothing was written): %w", dir, err)
 	}
+	written, err := writeExport(dir, c, opts, shards, total)
+	if err != nil {
+		return errors.Join(err, folder.close())
+	}
+	return folder.finish(written)
+}
+
+// writeExport writes the weights in shards, the config and the carried files into dir, removes
+// stale weights files, and returns the names written.
+func writeExport(dir string, c models.LlamaConfig, opts ExportOptions, shards [][]safetensors.Tensor, total int64) (map[string]bool, error) {
 	written := map[string]bool{}
 	metadata := map[string]string{"format": "pt"} // transformers refuses safetensors files without it
 	if len(shards) == 1 {
 		if err := safetensors.WriteFile(filepath.Join(dir, SingleFile), shards[0], metadata); err != nil {
-			return err
+			return nil, err
 		}
 		written[SingleFile] = true
 	} else {
@@ -123,7 +148,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 		for i, shard := range shards {
 			name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
 			if err := safetensors.WriteFile(filepath.Join(dir, name), shard, metadata); err != nil {
-				return err
+				return nil, err
 			}
 			written[name] = true
 			for _, t := range shard {
@@ -132,17 +157,18 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 		}
 		raw, _ := json.MarshalIndent(idx, "", "  ")
 		if err := writeFileAtomic(filepath.Join(dir, IndexFile), append(raw, '\n')); err != nil {
-			return err
+			return nil, err
 		}
 		written[IndexFile] = true
 	}
 	if err := writeConfig(dir, c, opts); err != nil {
-		return err
+		return nil, err
 	}
-	if err := copyCarried(dir, opts.From); err != nil {
-		return err
+	written[ConfigFile] = true
+	if err := copyCarried(dir, opts.From, written); err != nil {
+		return nil, err
 	}
-	return removeStale(dir, written)
+	return written, removeStale(dir, written)
 }
 
 // scopeName is the scope and variable name a tensor maps to, for messages.
@@ -180,8 +206,8 @@ func writeVariable(w io.Writer, v *context.Variable, from, to safetensors.DType,
 func writeConfig(dir string, c models.LlamaConfig, opts ExportOptions) error {
 	fields := map[string]any{}
 	if opts.From != "" {
-		raw, err := os.ReadFile(filepath.Join(opts.From, ConfigFile))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		raw, err := readJSON(filepath.Join(opts.From, ConfigFile))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		if err == nil {
@@ -236,14 +262,15 @@ func (f jsonFloat) MarshalJSON() ([]byte, error) {
 	return []byte(s), nil
 }
 
-// copyCarried copies the tokenizer and generation files of from (if any) into dir.
-func copyCarried(dir, from string) error {
+// copyCarried copies the tokenizer and generation files of from (if any) into dir, and adds
+// their names to written.
+func copyCarried(dir, from string, written map[string]bool) error {
 	if from == "" {
 		return nil
 	}
 	for _, name := range carried {
-		raw, err := os.ReadFile(filepath.Join(from, name))
-		if errors.Is(err, os.ErrNotExist) {
+		raw, err := regularfile.ReadLinked(filepath.Join(from, name), regularfile.MaxSmallBytes)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
@@ -252,6 +279,7 @@ func copyCarried(dir, from string) error {
 		if err := writeFileAtomic(filepath.Join(dir, name), raw); err != nil {
 			return err
 		}
+		written[name] = true
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err := hf.Export(load(t, untiedDir, dtypes.Float32), out, untiedConfig, hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "model.safetensors"}) {
+	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "model.safetensors", hf.MarkerFile}) {
 		t.Errorf("files %v", got)
 	}
 	c, err := hf.ReadConfig(out)
@@ -82,7 +82,7 @@ func TestExportShardedBFloat16(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := files(t, out)
-	if len(names) < 6 || names[len(names)-1] != "model.safetensors.index.json" || !strings.HasPrefix(names[2], "model-00001-of-0000") {
+	if len(names) < 7 || names[len(names)-2] != "model.safetensors.index.json" || names[len(names)-1] != hf.MarkerFile || !strings.HasPrefix(names[2], "model-00001-of-0000") {
 		t.Fatalf("files %v", names)
 	}
 	for _, n := range names {
@@ -111,7 +111,7 @@ func TestExportShardedBFloat16(t *testing.T) {
 	if err := hf.Export(ctx, out, tiedConfig, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
 		t.Fatal(err)
 	}
-	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "generation_config.json", "model.safetensors"}) {
+	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "generation_config.json", "model.safetensors", hf.MarkerFile}) {
 		t.Errorf("files after the second export: %v", got)
 	}
 }

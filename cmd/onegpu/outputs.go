@@ -22,6 +22,9 @@ func checkOutputFile(flagName, file string) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("--%s %s: %s", flagName, file, fmt.Sprintf(format, args...))
 	}
+	if err := checkNotDangling(file); err != nil {
+		return fail("%v", err)
+	}
 	info, err := os.Stat(file)
 	switch {
 	case err == nil && info.IsDir():
@@ -53,6 +56,9 @@ func checkOutputFolder(flagName, dir string) error {
 	fail := func(err error) error { return fmt.Errorf("--%s %s: %v", flagName, dir, err) }
 	existing := filepath.Clean(dir)
 	for {
+		if err := checkNotDangling(existing); err != nil {
+			return fail(err)
+		}
 		_, err := os.Stat(existing)
 		if err == nil || !errors.Is(err, fs.ErrNotExist) {
 			break
@@ -65,6 +71,20 @@ func checkOutputFolder(flagName, dir string) error {
 	}
 	if err := checkFolderWritable(existing); err != nil {
 		return fail(err)
+	}
+	return nil
+}
+
+// checkNotDangling returns an error when path is a symbolic link to nothing: writing through it
+// would create a file elsewhere, or fail after the work ("file exists" for a folder to create).
+func checkNotDangling(path string) error {
+	info, err := os.Lstat(path)
+	if err != nil || info.Mode()&fs.ModeSymlink == 0 {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		target, _ := os.Readlink(path)
+		return fmt.Errorf("%s is a symbolic link to %s, which does not exist: create it, or name another path", path, target)
 	}
 	return nil
 }

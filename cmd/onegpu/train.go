@@ -37,7 +37,7 @@ func runTrain(args []string, w io.Writer) error {
 	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change")
 	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
 	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
-	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted")
+	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted;\nwith --export-hf, export into a folder that holds files onegpu did not export (a model someone saved):\nits config.json and weights are replaced and its other weights files removed")
 	allowOtherData := fs.Bool("allow-other-data", false, "with --checkpoint, resume from a checkpoint trained on other --data (the checkpoints record the data: its content hash or parameters)")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
 	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
@@ -62,8 +62,13 @@ func runTrain(args []string, w io.Writer) error {
 		}
 	}
 	if *checkpointDir == "" {
-		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep", "overwrite", "allow-other-data"); err != nil {
+		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep", "allow-other-data"); err != nil {
 			return err
+		}
+		if hfFlags.exportDir == "" {
+			if err := notApplicable(set, "it needs --checkpoint DIR or --export-hf DIR", "overwrite"); err != nil {
+				return err
+			}
 		}
 	}
 	if !set["save-every"] {
@@ -76,6 +81,7 @@ func runTrain(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hfFlags.overwrite, hfFlags.checkpointDir = *overwrite, *checkpointDir
 	if err := hfFlags.check(config); err != nil {
 		return err
 	}

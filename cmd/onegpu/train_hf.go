@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -20,11 +23,15 @@ import (
 type hfRun struct {
 	initDir, exportDir string
 	config             models.LlamaConfig // config.json of initDir
+	// overwrite (--overwrite) lets the export replace files onegpu did not export;
+	// checkpointDir (--checkpoint) is a folder the run reads and writes, which the export may not be.
+	overwrite     bool
+	checkpointDir string
 }
 
 func (h *hfRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.initDir, "init-hf", "", "start from the weights of this Hugging Face Llama checkpoint (config.json and safetensors); the model's shape\ncomes from config.json (implies --model llama; a --preset must be that shape) (default: the seed's weights)")
-	fs.StringVar(&h.exportDir, "export-hf", "", "after training, write the Llama to this folder as a Hugging Face checkpoint that transformers loads\n(config.json, model.safetensors or shards; checked before training) (default: none)")
+	fs.StringVar(&h.exportDir, "export-hf", "", "after training, write the Llama to this folder as a Hugging Face checkpoint that transformers loads\n(config.json, model.safetensors or shards): a new or empty folder, or one onegpu exported before (it holds "+hf.MarkerFile+");\nanother folder only with --overwrite; never --init-hf's. Checked before training (default: none)")
 }
 
 // prepare reads --init-hf's config.json and makes it the run's model, before the setup flags are
@@ -56,8 +63,9 @@ func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 	return nil
 }
 
-// check refuses --export-hf for a model that is not a Llama or a folder that cannot be written,
-// before any training.
+// check refuses --export-hf, before any training, for a model that is not a Llama, a folder that
+// cannot be written, one the run reads (--init-hf, --checkpoint), one that holds files onegpu did
+// not export (without --overwrite), and --init-hf files to copy that cannot be read.
 func (h *hfRun) check(c train.Config) error {
 	if h.exportDir == "" {
 		return nil
@@ -65,7 +73,47 @@ func (h *hfRun) check(c train.Config) error {
 	if _, ok := c.Model.(models.Llama); !ok {
 		return fmt.Errorf("--export-hf writes a Llama as a Hugging Face checkpoint; the model is %v: use --model llama", c.Model)
 	}
-	return checkOutputFolder("export-hf", h.exportDir)
+	if h.checkpointDir != "" && sameFolder(h.exportDir, h.checkpointDir) {
+		return fmt.Errorf("--export-hf %s is the --checkpoint folder: export to another folder", h.exportDir)
+	}
+	if err := checkOutputFolder("export-hf", h.exportDir); err != nil {
+		return err
+	}
+	return h.flagError(hf.CheckExportFolder(h.exportDir, h.options(dtypes.Float32)))
+}
+
+// options are the export's options: dtype, --init-hf, --overwrite.
+func (h *hfRun) options(dtype dtypes.DType) hf.ExportOptions {
+	return hf.ExportOptions{DType: dtype, From: h.initDir, Overwrite: h.overwrite}
+}
+
+// flagError says an export's error in the CLI's words: the flags that set what it names.
+func (h *hfRun) flagError(err error) error {
+	var foreign *hf.ForeignFolderError
+	var source *hf.SourceFolderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &foreign):
+		return fmt.Errorf("--export-hf %s", foreign.Explain("give --overwrite"))
+	case errors.As(err, &source):
+		return fmt.Errorf("--export-hf %s is the folder of --init-hf %s: the export would replace the weights the run starts from; export to another folder",
+			source.Dir, source.From)
+	}
+	return fmt.Errorf("--export-hf: %w", err)
+}
+
+// sameFolder reports whether paths a and b name one folder: the same file when both exist
+// (through links or ".."), the same absolute path otherwise.
+func sameFolder(a, b string) bool {
+	ia, errA := os.Stat(a)
+	ib, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(ia, ib)
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 // load fills the trainer's context with --init-hf's weights, in the policy's parameter dtype,
@@ -99,12 +147,12 @@ func (h *hfRun) export(t *train.Trainer, progress io.Writer) error {
 	if h.exportDir == "" {
 		return nil
 	}
-	opts := hf.ExportOptions{DType: dtypes.Float32, From: h.initDir}
+	opts := h.options(dtypes.Float32)
 	if t.Config.Policy.Param == dtypes.BFloat16 {
 		opts.DType = dtypes.BFloat16
 	}
 	if err := hf.Export(t.Ctx, h.exportDir, t.Config.Model.(models.Llama).Config, opts); err != nil {
-		return fmt.Errorf("--export-hf: %w", err)
+		return h.flagError(err)
 	}
 	if progress != nil {
 		fmt.Fprintf(progress, "%-22s %s (Hugging Face, %s)\n", "exported", h.exportDir, opts.DType)
