@@ -17,15 +17,14 @@ import (
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
-	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
-	"github.com/x448/float16"
 
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/quant"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -283,32 +282,11 @@ func dtypeName(d dtypes.DType) string {
 // toFloat32 returns a float32 copy of a float tensor (exact for bfloat16 and float16; float64 is
 // rounded).
 func toFloat32(t *tensors.Tensor) (*tensors.Tensor, error) {
-	out := make([]float32, t.Shape().Size())
-	var err error
-	t.MustConstFlatData(func(flat any) {
-		switch v := flat.(type) {
-		case []float32:
-			copy(out, v)
-		case []float64:
-			for i, x := range v {
-				out[i] = float32(x)
-			}
-		case []bfloat16.BFloat16:
-			for i, x := range v {
-				out[i] = x.Float32()
-			}
-		case []float16.Float16:
-			for i, x := range v {
-				out[i] = x.Float32()
-			}
-		default:
-			err = fmt.Errorf("dtype %s is not a float dtype", t.DType())
-		}
-	})
+	values, err := quant.Float32Values(t)
 	if err != nil {
 		return nil, err
 	}
-	return tensors.FromFlatDataAndDimensions(out, t.Shape().Dimensions...), nil
+	return tensors.FromFlatDataAndDimensions(values, t.Shape().Dimensions...), nil
 }
 
 // stack joins tensors of one shape and dtype along a new first axis.
