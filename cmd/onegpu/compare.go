@@ -54,7 +54,7 @@ var compareSets = map[string][]string{
 }
 
 // Default tolerances on the largest relative loss difference over the steps, by compute dtype,
-// for the default 10 steps (see the README's "Side by side with JAX"). Measured on CPU (XLA of
+// for the default 10 steps (see docs/jax-comparison.md). Measured on CPU (XLA of
 // jaxlib 0.11.2, tiny GPT, 10 steps): float32 sides differ by at most 1.3e-6 (the order of
 // roundings: fusion, reduction order, sum·2^-k / count·2^-k vs a mean of micro-batch means), while
 // mistakes injected into the reference move the loss by 1.5e-5 (Adam's eps 1e-7 instead of 1e-8),

@@ -9,11 +9,11 @@ import (
 	"github.com/onegpu/onegpu/train"
 )
 
-// TestAuditOfTheREADMEModel: the dtype audit of the README's own model (this example's ResMLP and
+// TestAuditOfTheDocumentedModel: the dtype audit of docs/own-model.md's model (this example's ResMLP and
 // Setup, bfloat16 compute over float32 parameters) finds nothing. Its loss casts the model's
 // output to float32 and compares it with the float32 targets, which is right; the audit reported
 // it as an uncast float32 parameter (the targets are a parameter of the graph, not a weight).
-func TestAuditOfTheREADMEModel(t *testing.T) {
+func TestAuditOfTheDocumentedModel(t *testing.T) {
 	_, config, _ := Setup()
 	trainer, err := train.New(testkit.Embedded(), config)
 	if err != nil {
