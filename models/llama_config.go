@@ -127,6 +127,16 @@ var LlamaPresets = map[string]LlamaConfig{
 		RopeTheta: 500000, RopeScaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192},
 		NormEpsilon: 1e-5,
 		Description: "Llama-3.1-8B: 32 layers, hidden 4096, 32 heads on 8 key/value heads, vocabulary 128256 (8,030,261,248 parameters)"},
+	"llama-3.1-70b": llama70B("Llama-3.1-70B"),
+	"llama-3.3-70b": llama70B("Llama-3.3-70B"),
+}
+
+// llama70B is the shape of Llama-3.1-70B, which Llama-3.3-70B shares (only the weights differ).
+func llama70B(name string) LlamaConfig {
+	return LlamaConfig{Vocab: 128256, Hidden: 8192, Intermediate: 28672, Layers: 80, Heads: 64, KVHeads: 8, HeadDim: 128, SeqLen: 2048, MaxPositions: 131072,
+		RopeTheta: 500000, RopeScaling: &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192},
+		NormEpsilon: 1e-5,
+		Description: name + ": 80 layers, hidden 8192, 64 heads on 8 key/value heads, vocabulary 128256 (70,553,706,496 parameters)"}
 }
 
 // LlamaPreset returns the named Llama preset, or an error listing the presets. The returned config

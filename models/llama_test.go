@@ -33,6 +33,8 @@ func TestLlamaPresetParameterCounts(t *testing.T) {
 		"tinyllama-1.1b": 1_100_048_384,
 		"llama-3.2-1b":   1_235_814_400,
 		"llama-3.1-8b":   8_030_261_248,
+		"llama-3.1-70b":  70_553_706_496,
+		"llama-3.3-70b":  70_553_706_496,
 		"tiny":           0, // no published count: the formula must match the variables
 	} {
 		config, err := models.LlamaPreset(name)

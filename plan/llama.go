@@ -19,6 +19,8 @@ var llamaRuns = map[string]llamaDefaults{
 	"tinyllama-1.1b": {4, 4, 3e-4, []string{models.KindBlock}},
 	"llama-3.2-1b":   {4, 4, 3e-4, []string{models.KindBlock}},
 	"llama-3.1-8b":   {4, 4, 3e-4, []string{models.KindBlock}},
+	"llama-3.1-70b":  {4, 4, 3e-4, []string{models.KindBlock}},
+	"llama-3.3-70b":  {4, 4, 3e-4, []string{models.KindBlock}},
 }
 
 // llamaDefaults are a Llama preset's run sizes.

@@ -18,7 +18,8 @@ import (
 func TestMemoryLlamaPresetsExact(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
-	for preset, want := range map[string]float64{"tinyllama-1.1b": 1100048384, "llama-3.2-1b": 1235814400, "llama-3.1-8b": 8030261248} {
+	for preset, want := range map[string]float64{"tinyllama-1.1b": 1100048384, "llama-3.2-1b": 1235814400, "llama-3.1-8b": 8030261248,
+		"llama-3.1-70b": 70553706496, "llama-3.3-70b": 70553706496} {
 		var out bytes.Buffer
 		if err := runMemory([]string{"--model", "llama", "--preset", preset, "--batch", "1", "--microbatches", "1", "--json"}, &out); err != nil {
 			t.Fatal(err)
