@@ -12,10 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/layers"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
-	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -258,16 +255,6 @@ func optimizerOf(c train.Config) optim.Optimizer {
 	return c.Optimizer
 }
 
-// setForModel sets ctx for the model's stages as the trainer does for its step: the policy, remat,
-// attention and cross-entropy.
-func (b stageBuilder) setForModel(ctx *context.Context, g *graph.Graph) {
-	ctx.SetTraining(g, true)
-	mixed.SetPolicy(ctx, b.config.Policy)
-	remat.SetBlocks(ctx, remat.With(b.config.Remat.Policy), b.config.Remat.Kinds...)
-	layers.SetAttention(ctx, b.config.Attention)
-	layers.SetCrossEntropy(ctx, b.config.CrossEntropy)
-}
-
 // stages returns the embedding's, a block's and the head's estimates, and a block's input shape
 // (one micro-batch). The three are built in one context, so that a weight the embedding and the
 // head share (tied embeddings) is one variable: counted in each stage's weights (each uploads it),
@@ -341,7 +328,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 	e := StageEstimate{Name: name, Count: 1}
 	var outShape shapes.Shape
 	fwd, err := ograph.ContextProgram(b.backend, ctx, name+"_forward", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		b.setForModel(ctx, in[0].Graph())
+		b.config.Settings().Apply(ctx, in[0].Graph())
 		out, _ := fn(ctx, in)
 		outShape = out.Shape()
 		return []*graph.Node{out}
@@ -359,7 +346,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 	var trainable []*context.Variable
 	bwd, err := ograph.ContextProgram(b.backend, ctx, name+"_backward", bwdInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
-		b.setForModel(ctx, g)
+		b.config.Settings().Apply(ctx, g)
 		data := in
 		if !scalar {
 			data = in[:len(in)-1]

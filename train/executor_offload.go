@@ -82,7 +82,7 @@ func (t *Trainer) OffloadStats() OffloadStats {
 func (t *Trainer) deviceGradientsFn() accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
-		t.setForModel(ctx, inputs[0].Graph())
+		t.Config.Settings().Apply(ctx, inputs[0].Graph())
 		r := chain.Gradients(ctx, inputs, t.Config.Model.Loss)
 		t.checkRematKinds(inputs[0].Graph())
 		for i, v := range r.Variables {

@@ -82,7 +82,7 @@ func (s *streamExecutor) start() error {
 
 	var xShape shapes.Shape
 	embedFn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		t.setForModel(ctx, in[0].Graph())
+		t.Config.Settings().Apply(ctx, in[0].Graph())
 		x := s.model.EmbedStage(ctx, in)
 		xShape = x.Shape()
 		return []*graph.Node{x}
@@ -98,7 +98,7 @@ func (s *streamExecutor) start() error {
 	for i := range n {
 		scope := s.model.BlockScope(i)
 		used, err := s.stageVariables(scope, []shapes.Shape{xShape}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.setForModel(ctx, in[0].Graph())
+			t.Config.Settings().Apply(ctx, in[0].Graph())
 			y := s.model.BlockStage(inScopePath(ctx, scope), in[0])
 			if !y.Shape().Equal(xShape) {
 				panic(fmt.Errorf("block %d maps %s to %s: a block keeps its input's shape", i, xShape, y.Shape()))
@@ -116,7 +116,7 @@ func (s *streamExecutor) start() error {
 	}
 	headInputs := append([]shapes.Shape{xShape}, inputs...)
 	if s.headVars, err = s.stageVariables("head", headInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		t.setForModel(ctx, in[0].Graph())
+		t.Config.Settings().Apply(ctx, in[0].Graph())
 		loss, _ := s.model.HeadStage(ctx, in[0], in[1:])
 		return []*graph.Node{t.mustChain().ScaleLoss(ctx, graph.ConvertDType(loss.Sum, dtypes.Float32))}
 	}); err != nil {

@@ -13,7 +13,6 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
@@ -118,19 +117,15 @@ func LoadOn(backend backends.Backend, dir string) (*Loaded, error) {
 	return l, nil
 }
 
-// setForEval sets what the model's layers read from the context: evaluation mode (no dropout),
-// the checkpoint's policy, nothing rematerialized, how attention and the loss compute.
-func (l *Loaded) setForEval(ctx *context.Context, g *graph.Graph) {
-	ctx.SetTraining(g, false)
-	mixed.SetPolicy(ctx, l.Policy)
-	remat.SetBlocks(ctx, remat.With(remat.NothingSaveable))
-	layers.SetAttention(ctx, l.Attention)
-	layers.SetCrossEntropy(ctx, l.CrossEntropy)
+// Settings are the settings of l's graphs: evaluation mode (no dropout), the checkpoint's
+// policy, nothing rematerialized, attention and the loss as l's fields say.
+func (l *Loaded) Settings() Settings {
+	return Settings{Policy: l.Policy, Attention: l.Attention, CrossEntropy: l.CrossEntropy}
 }
 
 // lossFn is the evaluation graph: the mean loss, then each metric's mean.
 func (l *Loaded) lossFn(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
-	l.setForEval(ctx, inputs[0].Graph())
+	l.Settings().Apply(ctx, inputs[0].Graph())
 	loss, metrics := l.Model.Loss(ctx, inputs)
 	out := []*graph.Node{loss.Value()}
 	for _, m := range metrics {
@@ -255,7 +250,7 @@ func (l *Loaded) Generate(tokens []int32, n int) ([]int32, error) {
 		err := ograph.CatchPanic(func() {
 			if l.next == nil {
 				exec, err := context.NewExec(l.Backend, l.Ctx, func(ctx *context.Context, tokens *graph.Node) *graph.Node {
-					l.setForEval(ctx, tokens.Graph())
+					l.Settings().Apply(ctx, tokens.Graph())
 					return graph.ArgMax(lm.Logits(ctx, tokens), -1, tokens.DType())
 				})
 				if err != nil {

@@ -12,10 +12,10 @@ import (
 
 // Model is what the trainer needs of a model: the shapes of a batch, and the loss of a part of a
 // batch. The tutorial's GPT and MLP (models.GPT, models.Classifier) are two implementations; a
-// model of your own is a third. The trainer sets Config.Policy on the context's root scope
-// (mixed.SetPolicy), Config.Remat (remat.SetBlocks), Config.Attention (layers.SetAttention) and
-// Config.CrossEntropy (layers.SetCrossEntropy) before it calls Loss, so a model built from
-// onegpu's layers and remat.Block follows them without reading the config.
+// model of your own is a third. The trainer applies the run's Settings to the context's root
+// scope (Config.Settings: the policy, the remat blocks, attention and cross-entropy) before it
+// calls Loss, so a model built from onegpu's layers and remat.Block follows them without reading
+// the config.
 //
 // A model may also have these methods, which the trainer uses when present:
 //

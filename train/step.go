@@ -7,13 +7,11 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/layers"
-	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 )
 
-// StepFn is the train step's graph function: the policy and remat blocks set on the context, the
+// StepFn is the train step's graph function: the run's Settings applied to the context, the
 // learning rate of the schedule, the micro-batched forward and backward passes, and the gradient
 // chain (loss scale with an atomic skip, clipping, the optimizer). It returns the loss, the
 // model's metrics, the count they average over (tokens or examples), the step's finite flag and
@@ -22,23 +20,13 @@ func (t *Trainer) StepFn() accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		g := inputs[0].Graph()
-		t.setForModel(ctx, g)
+		t.Config.Settings().Apply(ctx, g)
 		optim.ApplySchedule(ctx, g, t.Config.Schedule)
 		r := chain.Step(ctx, inputs, t.Config.Model.Loss)
 		t.checkRematKinds(g)
 		finite := optim.Finite(ctx, g)
 		return append(r.Outputs(), r.Count, finite, movingAverage(ctx, g, r.Loss, finite))
 	}
-}
-
-// setForModel sets what the model's layers read from the context: training mode, the precision
-// policy, the remat blocks, and how attention and the loss compute.
-func (t *Trainer) setForModel(ctx *context.Context, g *graph.Graph) {
-	ctx.SetTraining(g, true)
-	mixed.SetPolicy(ctx, t.Config.Policy)
-	remat.SetBlocks(ctx, remat.With(t.Config.Remat.Policy), t.Config.Remat.Kinds...)
-	layers.SetAttention(ctx, t.Config.Attention)
-	layers.SetCrossEntropy(ctx, t.Config.CrossEntropy)
 }
 
 // checkRematKinds panics (the step's graph function's way to fail; Step and Program return it as

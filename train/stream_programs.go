@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/remat"
 )
 
 // The programs of a streamed step (executor_stream.go). Each kind of stage (the embedding, a
@@ -168,23 +166,21 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 	switch kind {
 	case embedStage:
 		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.setForModel(ctx, in[0].Graph())
+			t.Config.Settings().Apply(ctx, in[0].Graph())
 			return []*graph.Node{m.EmbedStage(ctx, in)}
 		}
 		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.setForModel(ctx, in[0].Graph())
+			t.Config.Settings().Apply(ctx, in[0].Graph())
 			batch, dx := in[:len(in)-1], in[len(in)-1]
 			return stageGradients(ctx, cotangentTarget(m.EmbedStage(ctx, batch), dx))
 		}
 	case blockStage:
 		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.setForModel(ctx, in[0].Graph())
-			s.withoutWholeBlockRemat(ctx)
+			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
 			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0])}
 		}
 		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.setForModel(ctx, in[0].Graph())
-			s.withoutWholeBlockRemat(ctx)
+			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
 			y := m.BlockStage(inScopePath(ctx, scope0), in[0])
 			return stageGradients(ctx, cotangentTarget(y, in[1]), in[0])
 		}
@@ -194,20 +190,13 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 	return fwd, bwd
 }
 
-// wholeBlockKind is the remat kind the models (GPT, Llama) give a whole block.
+// wholeBlockKind is the remat kind the models (GPT, Llama) give a whole block. A streamed block's
+// programs take it out of the run's remat kinds, keeping the kinds inside a block: its backward
+// program recomputes the block from its kept input already, so rematerializing it there would run
+// its forward twice and give XLA a larger program to compile, for the same values (remat
+// recomputes the same operations) and the same peak (the recomputation holds the block's
+// activations as plain differentiation does).
 const wholeBlockKind = "block"
-
-// withoutWholeBlockRemat takes the whole block's kind out of the remat kinds setForModel put on
-// ctx, keeping the kinds inside a block: a streamed block's backward program recomputes the block
-// from its kept input already, so rematerializing it there would run its forward twice and give
-// XLA a larger program to compile, for the same values (remat recomputes the same operations) and
-// the same peak (the recomputation holds the block's activations as plain differentiation does).
-func (s *streamExecutor) withoutWholeBlockRemat(ctx *context.Context) {
-	r := s.t.Config.Remat
-	if slices.Contains(r.Kinds, wholeBlockKind) {
-		remat.SetBlocks(ctx, remat.With(r.Policy), slices.DeleteFunc(slices.Clone(r.Kinds), func(k string) bool { return k == wholeBlockKind })...)
-	}
-}
 
 // compile creates the stage's programs on the device backend.
 func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
@@ -243,7 +232,7 @@ func (s *streamExecutor) headFn() accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
-		t.setForModel(ctx, g)
+		t.Config.Settings().Apply(ctx, g)
 		x, batch := in[0], in[1:]
 		loss, metrics := m.HeadStage(ctx, x, batch)
 		f32 := func(n *graph.Node) *graph.Node { return graph.ConvertDType(n, dtypes.Float32) }

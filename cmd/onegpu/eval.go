@@ -12,9 +12,9 @@ import (
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
-	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/train"
 )
 
 func init() {
@@ -97,12 +97,11 @@ func runEval(args []string, w io.Writer) error {
 	if err := hf.LoadWeights(ctx, *dir, c, policy.Param); err != nil {
 		return err
 	}
-	mixed.SetPolicy(ctx, policy)
-	layers.SetAttention(ctx, attention)
-	layers.SetCrossEntropy(ctx, crossEntropy)
+	settings := train.Settings{Policy: policy, Attention: attention, CrossEntropy: crossEntropy}
 	// Reuse: every variable must come from the checkpoint; one it lacks is an error, not a fresh
 	// random weight.
 	exec, err := context.NewExec(backend, ctx.Reuse(), func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
+		settings.Apply(ctx, tokens.Graph())
 		sum, count := m.CrossEntropy(ctx, tokens, labels, nil)
 		return []*graph.Node{sum, count}
 	})

@@ -153,8 +153,7 @@ func gradients(backend backends.Backend, model ResMLP, batch []*tensors.Tensor, 
 	var out [][][]float32
 	for i, blocks := range [][]string{first, second} {
 		exec, err := context.NewExec(backend, ctx, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			mixed.SetPolicy(ctx, policy)
-			remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), blocks...)
+			train.Settings{Policy: policy, Remat: train.Remat{Kinds: blocks}}.Apply(ctx, in[0].Graph()) // as a run's step sets them
 			return accum.Gradients(ctx, ks[i], in, model.Loss).Gradients
 		})
 		if err != nil {
