@@ -7,6 +7,7 @@ require (
 	github.com/gomlx/gomlx v0.26.0
 	github.com/x448/float16 v0.8.4
 	golang.org/x/sys v0.39.0
+	golang.org/x/text v0.28.0
 	gonum.org/v1/plot v0.15.2
 )
 
@@ -26,7 +27,6 @@ require (
 	golang.org/x/exp v0.0.0-20250819193227-8b4c13bb791b // indirect
 	golang.org/x/image v0.26.0 // indirect
 	golang.org/x/term v0.38.0 // indirect
-	golang.org/x/text v0.28.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 )
