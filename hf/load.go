@@ -68,6 +68,9 @@ func LoadWeights(ctx *context.Context, dir string, c models.LlamaConfig, param d
 		return err
 	}
 	defer w.Close()
+	if err := w.checkImplied(c); err != nil {
+		return err
+	}
 	items, err := plan(ctx, w, c, param)
 	if err != nil {
 		return err
@@ -87,6 +90,23 @@ func LoadWeights(ctx *context.Context, dir string, c models.LlamaConfig, param d
 		scope.Checked(false).VariableWithValue(name, value)
 	}
 	return nil
+}
+
+// CheckWeights returns the error LoadWeights would return for the weights of dir and config c,
+// reading only the files' headers: a run checks its checkpoint with it before it builds a model
+// of c (a config.json that asks for more layers or parameters than the weights hold is refused
+// at once, without building anything of its size).
+func CheckWeights(dir string, c models.LlamaConfig) error {
+	w, err := openWeights(dir)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.checkImplied(c); err != nil {
+		return err
+	}
+	_, err = plan(context.New(), w, c, dtypes.Float32)
+	return err
 }
 
 // plan matches the checkpoint's tensors with the model's and checks every one before anything

@@ -229,7 +229,7 @@ func TestLoadRefuses(t *testing.T) {
 			ts["model.norm.weight"] = rawTensor{safetensors.I32, r.shape, r.data}
 		}, []string{"model.norm.weight", "is I32"}},
 		{"config with more layers", map[string]any{"num_hidden_layers": 3}, nil,
-			[]string{"9 tensors the model needs are missing: model.layers.2.input_layernorm.weight"}},
+			[]string{"describes 3 layers, 30 tensors of 143808 parameters", "hold 2 layers, 21 tensors of 106816 parameters"}},
 		{"tied config, untied weights", map[string]any{"tie_word_embeddings": true}, nil,
 			[]string{"lm_head.weight differs from model.embed_tokens.weight", "tie_word_embeddings"}},
 	} {

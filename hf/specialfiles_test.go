@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +146,38 @@ func TestLoadRefusesSpecialFiles(t *testing.T) {
 	}
 	if _, err := hf.Load(context.New(), snapshot, dtypes.Float32); err != nil {
 		t.Errorf("loading a cache snapshot of links: %v", err)
+	}
+}
+
+// TestLoadRefusesAbsurdLayerCounts: a config.json asking for 10^6 or 10^9 layers of the
+// fixture's 2-layer weights is refused by CheckWeights and LoadWeights from the files' headers,
+// in under 10 s, naming both counts (before, eval --hf died of Go's "out of memory" building the
+// list of 9·10^9 tensor names).
+func TestLoadRefusesAbsurdLayerCounts(t *testing.T) {
+	for _, layers := range []int{1_000_000, 1_000_000_000} {
+		dir := filepath.Join(t.TempDir(), "m")
+		copyDir(t, untiedDir, dir)
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), edit(t, map[string]any{"num_hidden_layers": layers}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := hf.ReadConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan [2]error, 1)
+		go func() {
+			done <- [2]error{hf.CheckWeights(dir, c), hf.LoadWeights(context.New(), dir, c, dtypes.Float32)}
+		}()
+		select {
+		case errs := <-done:
+			for _, err := range errs {
+				if err == nil || !strings.Contains(err.Error(), "describes "+strconv.Itoa(layers)+" layers") ||
+					!strings.Contains(err.Error(), "hold 2 layers, 21 tensors of 106816 parameters") {
+					t.Errorf("%d layers: %v", layers, err)
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d layers: no answer in 10 s", layers)
+		}
 	}
 }

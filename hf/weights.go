@@ -7,10 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
+	"github.com/onegpu/onegpu/models"
 )
 
 // The file names of a Hugging Face checkpoint's weights: one file, or an index naming the shard
@@ -151,4 +154,38 @@ func (w *weights) names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// layerName matches the tensors of a numbered layer, for counting the layers the files hold.
+var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
+
+// checkImplied refuses a config that asks for more layers than the files hold, before anything is
+// built from it: a config.json of 10^9 layers with a small folder of weights would otherwise
+// allocate the names of 9·10^9 tensors, or build a step of 10^9 layers, before any tensor was
+// found missing. (Fewer tensors within the layers present are plan's to name one by one.) The
+// counts of the config in the message come from closed forms (models.LlamaConfig.Params;
+// LlamaTensors of one and two layers), never from a list of its size.
+func (w *weights) checkImplied(c models.LlamaConfig) error {
+	var haveParams int64
+	layers := 0
+	for name := range w.where {
+		info, _, _ := w.info(name)
+		haveParams += info.Elements()
+		if m := layerName.FindStringSubmatch(name); m != nil {
+			if i, err := strconv.Atoi(m[1]); err == nil {
+				layers = max(layers, i+1)
+			}
+		}
+	}
+	if c.Layers <= layers {
+		return nil
+	}
+	one, two := c, c
+	one.Layers, two.Layers = 1, 2
+	first := int64(len(LlamaTensors(one)))
+	wantTensors := first + int64(c.Layers-1)*(int64(len(LlamaTensors(two)))-first)
+	return fmt.Errorf("checkpoint %s does not fit the model (nothing was loaded): %s describes %d layers, %d tensors of %d parameters; "+
+		"the weights hold %d layers, %d tensors of %d parameters: config.json does not describe these weights "+
+		"(num_hidden_layers and the sizes must be those the weights were saved with)",
+		w.dir, ConfigFile, c.Layers, wantTensors, c.Params(), layers, len(w.where), haveParams)
 }

@@ -40,6 +40,11 @@ func (e *UnrolledError) Error() string {
 	if e.Layers == 1 {
 		layers = "1 layer"
 	}
+	if e.Most == 0 {
+		return fmt.Sprintf("%s: the step would unroll %d blocks even with one micro-batch (GoMLX v0.26 has no loops, and building takes "+
+			"time growing with their square); onegpu builds at most %d: run the model streamed, one layer at a time (Offload: OffloadParams)",
+			layers, e.Layers, MaxUnrolledBlocks)
+	}
 	return fmt.Sprintf("%d micro-batches × %s: the step would unroll %d blocks (GoMLX v0.26 has no loops, and building takes time "+
 		"growing with their square); onegpu builds at most %d: use at most %d micro-batches for this model",
 		e.MicroBatches, layers, int64(e.MicroBatches)*e.Layers, MaxUnrolledBlocks, e.Most)

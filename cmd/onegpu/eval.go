@@ -69,6 +69,10 @@ func runEval(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The weights' headers against the config, before anything of the config's size is built.
+	if err := hf.CheckWeights(*dir, c); err != nil {
+		return err
+	}
 	ids, err := data.ReadTokens(*tokensFile, 1, 1, c.Vocab, 0)
 	if err != nil {
 		return err

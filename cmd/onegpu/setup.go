@@ -205,6 +205,10 @@ func (s *setup) config() (train.Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		var unrolled *train.UnrolledError
+		if errors.As(err, &unrolled) && unrolled.Most == 0 {
+			return c, fmt.Errorf("%d layers: even one micro-batch unrolls more than the %d blocks onegpu builds (GoMLX v0.26 has no loops): "+
+				"run the model streamed, one layer at a time, with --offload params", unrolled.Layers, train.MaxUnrolledBlocks)
+		}
 		if errors.As(err, &unrolled) {
 			return c, fmt.Errorf("--microbatches: %w", err)
 		}

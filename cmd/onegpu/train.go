@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -154,10 +155,12 @@ func runTrain(args []string, w io.Writer) error {
 	if runErr == nil {
 		runErr = hfFlags.export(trainer, progress)
 	}
-	// The history is written whatever happened, before the error, so a late failure loses nothing.
+	// The history is written whatever happened, before the error, so a late failure (the plot's
+	// too) loses nothing.
 	if *plotFile != "" && len(history.Steps) > 0 {
 		if err := plotLoss(*plotFile, title(config), finiteSteps(history)); err != nil {
-			return errors.Join(runErr, err)
+			runErr = errors.Join(runErr, err)
+			*plotFile = ""
 		}
 	}
 	if *asJSON {
@@ -226,6 +229,14 @@ func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
 	if !ok {
 		return nil
 	}
+	// First what the config says without building anything: the parameters live in this
+	// machine's memory on the embedded backend, and with --offload on XLA.
+	if params, ok := paramsOf(t.Config.Model); ok && (spec.Kind != "xla" || t.Config.Offload != train.OffloadNone) {
+		if weights := params * int64(t.Config.Policy.Param.Size()); weights > available {
+			return fmt.Errorf("the model's %s parameters alone need %s in %s, this machine has %s available: it would run out of memory; choose a smaller model",
+				groupDigits(params), ograph.FormatBytes(weights), strings.ToLower(t.Config.Policy.Param.String()), ograph.FormatBytes(available))
+		}
+	}
 	need, dataBytes, err := stepBytes(t)
 	if err != nil {
 		return err
@@ -238,6 +249,18 @@ func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
 	}
 	return fmt.Errorf("the step needs about %s (%s of it data), this machine has %s available: it would run out of memory; %s",
 		ograph.FormatBytes(need), ograph.FormatBytes(dataBytes), ograph.FormatBytes(available), fittingFlags(t, need, available))
+}
+
+// paramsOf returns the parameter count of a model whose config says it (models.Llama,
+// models.GPT), without building anything.
+func paramsOf(m train.Model) (int64, bool) {
+	switch m := m.(type) {
+	case models.Llama:
+		return m.Config.Params(), true
+	case models.GPT:
+		return m.Config.Params(), true
+	}
+	return 0, false
 }
 
 // stepBytes returns the step's estimated peak memory plus its data, and the data alone.

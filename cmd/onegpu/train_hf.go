@@ -44,6 +44,10 @@ func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 	if err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
 	}
+	// The weights' headers against the config, before anything of the config's size is built.
+	if err := hf.CheckWeights(h.initDir, c); err != nil {
+		return fmt.Errorf("--init-hf: %w", err)
+	}
 	if set["model"] && s.model != "llama" {
 		return fmt.Errorf("--init-hf %s holds a Llama; --model %s cannot take its weights: use --model llama, or leave --model out", h.initDir, s.model)
 	}

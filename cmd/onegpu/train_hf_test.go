@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/hf/safetensors"
 	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/models"
 )
 
 // hfFixture is the untied Llama fixture of hf/testdata.
@@ -121,5 +128,93 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused run created %s", out)
+	}
+}
+
+// TestHFRunsCheckTheConfigFirst: a config.json asking for 10^9 layers of a 2-layer folder is
+// refused by eval --hf and by train --init-hf (with --offload params too) from the weights'
+// headers, at once (before: eval died of Go's "out of memory", train --offload params grew its
+// memory for 90 s); a real 300-layer Llama, whose step cannot be unrolled even with one
+// micro-batch, is told to run streamed instead of "use at most 0 micro-batches".
+func TestHFRunsCheckTheConfigFirst(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	root := t.TempDir()
+	absurd := copyFolder(t, hfFixture, filepath.Join(root, "absurd"))
+	raw, err := os.ReadFile(filepath.Join(absurd, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := strings.Replace(string(raw), `"num_hidden_layers": 2`, `"num_hidden_layers": 1000000000`, 1)
+	if err := os.WriteFile(filepath.Join(absurd, "config.json"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(root, "tokens.npy")
+	if err := data.WriteNPYFile(tokens, tensors.FromFlatDataAndDimensions([]int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 1, 9)); err != nil {
+		t.Fatal(err)
+	}
+	deep := filepath.Join(root, "deep")
+	c := models.LlamaConfig{Vocab: 16, Hidden: 8, Intermediate: 8, Layers: 300, Heads: 2, KVHeads: 1, HeadDim: 4, SeqLen: 16, MaxPositions: 16,
+		RopeTheta: 10000, NormEpsilon: 1e-5}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var weights []safetensors.Tensor
+	for _, spec := range hf.LlamaTensors(c) {
+		n := 4
+		for _, d := range spec.Shape {
+			n *= d
+		}
+		weights = append(weights, safetensors.Tensor{Name: spec.Name, DType: safetensors.F32, Shape: spec.Shape,
+			Data: func(w io.Writer) error { _, err := w.Write(make([]byte, n)); return err }})
+	}
+	if err := safetensors.WriteFile(filepath.Join(deep, "model.safetensors"), weights, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	deepConfig := `{"model_type": "llama", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 300,
+		"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "max_position_embeddings": 16}`
+	if err := os.WriteFile(filepath.Join(deep, "config.json"), []byte(deepConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const absurdWant = "config.json describes 1000000000 layers, 9000000003 tensors of 36992000032832 parameters; the weights hold 2 layers"
+	for _, c := range []struct {
+		run  func([]string, io.Writer) error
+		args []string
+		want string
+	}{
+		{runEval, []string{"--hf", absurd, "--tokens", tokens}, absurdWant},
+		{runTrain, []string{"--init-hf", absurd, "--steps", "1"}, "--init-hf: checkpoint " + absurd + " does not fit the model"},
+		{runTrain, []string{"--init-hf", absurd, "--steps", "1", "--offload", "params"}, absurdWant},
+		{runTrain, []string{"--init-hf", deep, "--steps", "1", "--batch", "1", "--microbatches", "1"},
+			"300 layers: even one micro-batch unrolls more than the 256 blocks onegpu builds (GoMLX v0.26 has no loops): run the model streamed, one layer at a time, with --offload params"},
+	} {
+		done := make(chan error, 1)
+		var out bytes.Buffer
+		go func() { done <- c.run(c.args, &out) }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v: %v, want an error containing %q", c.args, err, c.want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%v: no answer in 20 s", c.args)
+		}
+	}
+}
+
+// TestTrainRefusesParametersBeyondMemory: a model whose parameters alone exceed this machine's
+// available memory (Llama 3.1 8B in float32: 29.9 GiB) is refused from its config's count, before
+// its step is built: the message is the count's, not the step estimate's (before: 45 s building
+// the step to find it 150 GiB).
+func TestTrainRefusesParametersBeyondMemory(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	available, ok := availableRAM()
+	if !ok || available >= 8_030_261_248*4 {
+		t.Skipf("this machine has %d bytes available (known: %v): Llama 3.1 8B's float32 weights fit", available, ok)
+	}
+	err := runTrain([]string{"--model", "llama", "--preset", "llama-3.1-8b", "--steps", "1"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "the model's 8,030,261,248 parameters alone need 29.9 GiB in float32, this machine has") {
+		t.Errorf("train llama-3.1-8b: %v", err)
 	}
 }
