@@ -6,30 +6,29 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"sort"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/onegpu/onegpu/internal/regularfile"
-	"github.com/onegpu/onegpu/models"
 )
 
 // ConfigFile is the name of a checkpoint's model configuration.
 const ConfigFile = "config.json"
 
-// DefaultSeqLen is the training sequence length ReadConfig gives a config (capped at the model's
-// max_position_embeddings): config.json says how far the model reads, not how long a run trains.
+// DefaultSeqLen is the training sequence length a model read from config.json gets when none is
+// asked for (capped at the model's max_position_embeddings): config.json says how far the model
+// reads, not how long a run trains.
 const DefaultSeqLen = 2048
 
-// ReadConfig reads dir/config.json into a models.LlamaConfig. See ParseConfig; the file must be
-// a regular file (or a link to one) of at most regularfile.MaxSmallBytes.
-func ReadConfig(dir string) (models.LlamaConfig, error) {
+// ReadConfig reads dir/config.json into the model its family describes, at sequence length seq
+// (0: DefaultSeqLen, capped at the model's positions). See ParseConfig; the file must be a
+// regular file (or a link to one) of at most regularfile.MaxSmallBytes.
+func ReadConfig(dir string, seq int) (Layout, error) {
 	path := filepath.Join(dir, ConfigFile)
 	raw, err := readJSON(path)
 	if err != nil {
-		return models.LlamaConfig{}, err
+		return nil, err
 	}
-	return ParseConfig(raw, path)
+	return ParseConfig(raw, path, seq)
 }
 
 // readJSON reads a JSON file of a checkpoint folder whole: a regular file, or a link to one (a
@@ -60,224 +59,70 @@ func validUTF8(raw []byte, source string) error {
 	return fmt.Errorf("%s is not valid UTF-8 (byte %d is 0x%02x): JSON is UTF-8; the file is damaged or not JSON", source, at, raw[at])
 }
 
-// architectures that hold exactly the Llama's tensors, by model_type.
-var causalLM = map[string]string{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
-
-// refused explains model types with a Llama-like shape whose tensors or math differ.
-var refused = map[string]string{
-	"qwen2":   "Qwen2 has biases on q_proj, k_proj and v_proj, which models.Llama does not hold",
-	"qwen3":   "Qwen3 normalizes queries and keys per head (q_norm, k_norm), which models.Llama does not",
-	"gemma":   "Gemma scales embeddings, adds 1 to its norm weights and uses GELU",
-	"gemma2":  "Gemma 2 soft-caps logits and alternates sliding-window layers",
-	"phi3":    "Phi-3 fuses q/k/v and gate/up into single tensors",
-	"mixtral": "Mixtral's MLP is a mixture of experts",
-}
-
-// ParseConfig parses a Hugging Face config.json (source names it in errors) into a
-// models.LlamaConfig, and refuses what models.Llama cannot compute exactly:
-//   - model_type must be "llama", or "mistral" without a sliding window shorter than its
-//     positions (the tensors are the same); anything else, Qwen2 included (q/k/v biases), is an
-//     error naming it; architectures, when given, must be the type's ForCausalLM class;
-//   - hidden_act must be "silu", attention_bias and mlp_bias false, attention_dropout 0;
-//   - rotary embeddings: rope_theta and rope_scaling (transformers 4's fields) or rope_parameters
-//     (transformers 5's), of rope_type "default" (none) or "llama3"; other types are errors naming
-//     them.
-//
-// vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads and
-// max_position_embeddings are required; num_key_value_heads defaults to the heads, head_dim to
-// hidden_size / num_attention_heads, rope_theta to 10000, rms_norm_eps to 1e-6 and
-// tie_word_embeddings to false, as in transformers' LlamaConfig. SeqLen is DefaultSeqLen, capped at
-// max_position_embeddings; fields that do not change the math (token ids, dtype, use_cache, ...)
-// are ignored. The result is validated (models.LlamaConfig.Validate).
-func ParseConfig(raw []byte, source string) (models.LlamaConfig, error) {
+// ParseConfig parses a Hugging Face config.json (source names it in errors) into the model its
+// family describes (the family registered for its model_type, see Family), at sequence length seq
+// (0: DefaultSeqLen, capped at the model's positions). An unknown model_type, an architectures
+// list other than the family's class, and whatever the family's Read refuses are errors naming the
+// file and the field; fields that do not change the math (token ids, dtype, use_cache, ...) are
+// ignored.
+func ParseConfig(raw []byte, source string, seq int) (Layout, error) {
 	if err := validUTF8(raw, source); err != nil {
-		return models.LlamaConfig{}, err
+		return nil, err
 	}
-	p := configParser{source: source}
+	r := &ConfigReader{Source: source, seq: seq}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	if err := dec.Decode(&p.fields); err != nil {
-		return models.LlamaConfig{}, fmt.Errorf("%s: not a JSON object: %w", source, err)
+	if err := dec.Decode(&r.fields); err != nil {
+		return nil, fmt.Errorf("%s: not a JSON object: %w", source, err)
 	}
-	c, err := p.parse()
+	if seq < 0 {
+		return nil, fmt.Errorf("%s: sequence length %d: give a positive length, or 0 for the default (%d, at most max_position_embeddings)", source, seq, DefaultSeqLen)
+	}
+	modelType, isString := r.fields["model_type"].(string)
+	if !isString {
+		return nil, r.Errorf("model_type", "%v: missing or not a string (onegpu reads %v)", r.fields["model_type"], FamilyTypes())
+	}
+	f, err := familyOf(modelType)
 	if err != nil {
-		return models.LlamaConfig{}, err
+		return nil, r.Errorf("model_type", "%v", err)
 	}
-	if err := c.Validate(); err != nil {
-		return models.LlamaConfig{}, fmt.Errorf("%s: %w", source, err)
+	if archs, present := r.fields["architectures"]; present && archs != nil {
+		list, ok := archs.([]any)
+		if !ok || len(list) != 1 || list[0] != f.Architecture {
+			return nil, r.Errorf("architectures", "%v: onegpu reads [%q], a causal language model's tensors", archs, f.Architecture)
+		}
 	}
-	return c, nil
+	return f.Read(r)
 }
 
-type configParser struct {
-	source string
+// ConfigReader reads the fields of one config.json for a family's Read: each method's error names
+// the file and the field.
+type ConfigReader struct {
+	// Source is the file, as errors name it.
+	Source string
+	seq    int
 	fields map[string]any
 }
 
-func (p *configParser) errorf(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %s", p.source, field, fmt.Sprintf(format, args...))
+// Errorf returns an error about field: "SOURCE: FIELD: message".
+func (r *ConfigReader) Errorf(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %s", r.Source, field, fmt.Sprintf(format, args...))
 }
 
-func (p *configParser) parse() (c models.LlamaConfig, err error) {
-	modelType, isString := p.fields["model_type"].(string)
-	if !isString {
-		return c, p.errorf("model_type", "%v: missing or not a string (onegpu reads \"llama\" and \"mistral\")", p.fields["model_type"])
-	}
-	class, ok := causalLM[modelType]
-	if !ok {
-		why := refused[modelType]
-		if why == "" {
-			why = "models.Llama reads model_type \"llama\" (and \"mistral\" without a sliding window)"
-		}
-		return c, p.errorf("model_type", "%q is not supported: %s", modelType, why)
-	}
-	if archs, present := p.fields["architectures"]; present && archs != nil {
-		list, ok := archs.([]any)
-		if !ok || len(list) != 1 || list[0] != class {
-			return c, p.errorf("architectures", "%v: onegpu reads [%q], a causal language model's tensors", archs, class)
-		}
-	}
-	if modelType == "mistral" {
-		if err := p.checkSlidingWindow(); err != nil {
-			return c, err
-		}
-	}
-	if act, present := p.fields["hidden_act"]; present && act != "silu" {
-		return c, p.errorf("hidden_act", "%v: models.Llama's MLP is SwiGLU, with silu", act)
-	}
-	for _, field := range []string{"attention_bias", "mlp_bias"} {
-		if b, err := p.boolOr(field, false); err != nil || b {
-			if err != nil {
-				return c, err
-			}
-			return c, p.errorf(field, "true: models.Llama's projections have no biases")
-		}
-	}
-	if d, err := p.floatOr("attention_dropout", 0); err != nil || d != 0 {
-		if err != nil {
-			return c, err
-		}
-		return c, p.errorf("attention_dropout", "%g: models.Llama has no attention dropout", d)
-	}
-	ints := []struct {
-		field string
-		to    *int
-	}{{"vocab_size", &c.Vocab}, {"hidden_size", &c.Hidden}, {"intermediate_size", &c.Intermediate},
-		{"num_hidden_layers", &c.Layers}, {"num_attention_heads", &c.Heads}, {"max_position_embeddings", &c.MaxPositions}}
-	for _, f := range ints {
-		if *f.to, err = p.requiredInt(f.field); err != nil {
-			return c, err
-		}
-	}
-	if c.KVHeads, err = p.intOr("num_key_value_heads", c.Heads); err != nil {
-		return c, err
-	}
-	defaultHeadDim := 0
-	if c.Heads > 0 {
-		defaultHeadDim = c.Hidden / c.Heads
-	}
-	if c.HeadDim, err = p.intOr("head_dim", defaultHeadDim); err != nil {
-		return c, err
-	}
-	if c.NormEpsilon, err = p.floatOr("rms_norm_eps", 1e-6); err != nil {
-		return c, err
-	}
-	if c.TiedEmbeddings, err = p.boolOr("tie_word_embeddings", false); err != nil {
-		return c, err
-	}
-	if c.RopeTheta, c.RopeScaling, err = p.rope(); err != nil {
-		return c, err
-	}
-	c.SeqLen = min(DefaultSeqLen, c.MaxPositions)
-	c.Description = fmt.Sprintf("%s from %s", class, p.source)
-	return c, nil
-}
+// Value returns the field's value as encoding/json decodes it (numbers as json.Number), or nil
+// when it is missing or null.
+func (r *ConfigReader) Value(field string) any { return r.fields[field] }
 
-// checkSlidingWindow accepts a Mistral config whose sliding window never applies.
-func (p *configParser) checkSlidingWindow() error {
-	v, present := p.fields["sliding_window"]
-	if !present || v == nil {
-		return nil
+// SeqLen is the training sequence length asked for, checked against the model's positions
+// (max_position_embeddings), or DefaultSeqLen capped at them when none was asked for.
+func (r *ConfigReader) SeqLen(maxPositions int) (int, error) {
+	if r.seq == 0 {
+		return min(DefaultSeqLen, maxPositions), nil
 	}
-	window, err := p.requiredInt("sliding_window")
-	if err != nil {
-		return err
+	if r.seq > maxPositions {
+		return 0, r.Errorf("max_position_embeddings", "%d: the model reads at most %d positions, not sequences of %d", maxPositions, maxPositions, r.seq)
 	}
-	positions, err := p.requiredInt("max_position_embeddings")
-	if err != nil {
-		return err
-	}
-	if window < positions {
-		return p.errorf("sliding_window", "%d is shorter than max_position_embeddings %d: models.Llama attends to every earlier position", window, positions)
-	}
-	return nil
-}
-
-// rope reads the rotary embeddings' theta and scaling from rope_parameters (transformers 5) or
-// rope_theta and rope_scaling (transformers 4).
-func (p *configParser) rope() (theta float64, scaling *models.RopeScaling, err error) {
-	field := "rope_scaling"
-	params, _ := p.fields[field].(map[string]any)
-	if p.fields[field] != nil && params == nil {
-		return 0, nil, p.errorf(field, "%v is not an object", p.fields[field])
-	}
-	theta, err = p.floatOr("rope_theta", 10000)
-	if err != nil {
-		return 0, nil, err
-	}
-	if v, present := p.fields["rope_parameters"]; present && v != nil {
-		field = "rope_parameters"
-		if params, _ = v.(map[string]any); params == nil {
-			return 0, nil, p.errorf(field, "%v is not an object", v)
-		}
-		if t, present := params["rope_theta"]; present {
-			if theta, err = number(t); err != nil {
-				return 0, nil, p.errorf(field+".rope_theta", "%v", err)
-			}
-		}
-	}
-	if params == nil {
-		return theta, nil, nil
-	}
-	ropeType, _ := params["rope_type"].(string)
-	if ropeType == "" {
-		ropeType, _ = params["type"].(string) // the older spelling
-	}
-	switch ropeType {
-	case "default":
-		return theta, nil, nil
-	case "llama3":
-	default:
-		return 0, nil, p.errorf(field, "rope_type %q is not supported: models.Llama implements Llama 3's frequency scaling (\"llama3\") or none", ropeType)
-	}
-	scaling = &models.RopeScaling{}
-	floats := []struct {
-		key string
-		to  *float64
-	}{{"factor", &scaling.Factor}, {"low_freq_factor", &scaling.LowFreqFactor}, {"high_freq_factor", &scaling.HighFreqFactor}}
-	for _, f := range floats {
-		if *f.to, err = number(params[f.key]); err != nil {
-			return 0, nil, p.errorf(field+"."+f.key, "%v (Llama 3's scaling needs it)", err)
-		}
-	}
-	orig, err := number(params["original_max_position_embeddings"])
-	if err != nil || orig != math.Trunc(orig) || orig < 1 || orig > math.MaxInt32 {
-		return 0, nil, p.errorf(field+".original_max_position_embeddings", "%v: a positive integer (Llama 3's scaling needs it)", params["original_max_position_embeddings"])
-	}
-	scaling.OriginalMaxPositions = int(orig)
-	var unknown []string
-	for key := range params {
-		switch key {
-		case "rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings":
-		default:
-			unknown = append(unknown, key)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return 0, nil, p.errorf(field, "unknown keys %s for rope_type \"llama3\"", strings.Join(unknown, ", "))
-	}
-	return theta, scaling, nil
+	return r.seq, nil
 }
 
 // number reads a JSON number (or reports what else it found).
@@ -296,45 +141,50 @@ func number(v any) (float64, error) {
 	return f, nil
 }
 
-func (p *configParser) floatOr(field string, def float64) (float64, error) {
-	v, present := p.fields[field]
+// FloatOr returns the field as a finite number, or def when it is missing or null.
+func (r *ConfigReader) FloatOr(field string, def float64) (float64, error) {
+	v, present := r.fields[field]
 	if !present || v == nil {
 		return def, nil
 	}
 	f, err := number(v)
 	if err != nil {
-		return 0, p.errorf(field, "%v", err)
+		return 0, r.Errorf(field, "%v", err)
 	}
 	return f, nil
 }
 
-func (p *configParser) requiredInt(field string) (int, error) {
-	if v, present := p.fields[field]; !present || v == nil {
-		return 0, p.errorf(field, "missing (onegpu does not guess a model's shape)")
+// Int returns the field as a non-negative integer; missing or null is an error (onegpu does not
+// guess a model's shape).
+func (r *ConfigReader) Int(field string) (int, error) {
+	if v, present := r.fields[field]; !present || v == nil {
+		return 0, r.Errorf(field, "missing (onegpu does not guess a model's shape)")
 	}
-	return p.intOr(field, 0)
+	return r.IntOr(field, 0)
 }
 
-func (p *configParser) intOr(field string, def int) (int, error) {
-	v, present := p.fields[field]
+// IntOr returns the field as a non-negative integer, or def when it is missing or null.
+func (r *ConfigReader) IntOr(field string, def int) (int, error) {
+	v, present := r.fields[field]
 	if !present || v == nil {
 		return def, nil
 	}
 	f, err := number(v)
 	if err != nil || f != math.Trunc(f) || f < 0 || f > math.MaxInt32 {
-		return 0, p.errorf(field, "%v is not a non-negative integer", v)
+		return 0, r.Errorf(field, "%v is not a non-negative integer", v)
 	}
 	return int(f), nil
 }
 
-func (p *configParser) boolOr(field string, def bool) (bool, error) {
-	v, present := p.fields[field]
+// BoolOr returns the field as true or false, or def when it is missing or null.
+func (r *ConfigReader) BoolOr(field string, def bool) (bool, error) {
+	v, present := r.fields[field]
 	if !present || v == nil {
 		return def, nil
 	}
 	b, ok := v.(bool)
 	if !ok {
-		return false, p.errorf(field, "%v is not true or false", v)
+		return false, r.Errorf(field, "%v is not true or false", v)
 	}
 	return b, nil
 }

@@ -27,6 +27,16 @@ const (
 	tiedDir   = "testdata/tied_bf16_sharded"
 )
 
+// configOf is the config of the models.Llama a layout holds.
+func configOf(t *testing.T, l hf.Layout) models.LlamaConfig {
+	t.Helper()
+	m, ok := l.Model().(models.Llama)
+	if !ok {
+		t.Fatalf("the layout holds a %T, not a models.Llama", l.Model())
+	}
+	return m.Config
+}
+
 // withoutDescription drops the one field that depends on where the config was read.
 func withoutDescription(c models.LlamaConfig) models.LlamaConfig {
 	c.Description = ""
@@ -38,10 +48,11 @@ func TestReadConfigFixtures(t *testing.T) {
 		dir  string
 		want models.LlamaConfig
 	}{{untiedDir, untiedConfig}, {tiedDir, tiedConfig}} {
-		got, err := hf.ReadConfig(tc.dir)
+		l, err := hf.ReadConfig(tc.dir, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		got := configOf(t, l)
 		if !reflect.DeepEqual(withoutDescription(got), tc.want) {
 			t.Errorf("%s:\n got %+v %+v\nwant %+v %+v", tc.dir, got, got.RopeScaling, tc.want, tc.want.RopeScaling)
 		}
@@ -94,10 +105,11 @@ func TestParsePublishedConfigs(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := hf.ParseConfig([]byte(tc.json), tc.name+"/config.json")
+			l, err := hf.ParseConfig([]byte(tc.json), tc.name+"/config.json", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
+			c := configOf(t, l)
 			if c.Params() != tc.params || !tc.check(c) {
 				t.Errorf("%+v (%d parameters, want %d)", c, c.Params(), tc.params)
 			}
@@ -140,7 +152,7 @@ func TestParseConfigRefuses(t *testing.T) {
 	}{
 		{"unknown model_type", map[string]any{"model_type": "gpt2"}, `model_type: "gpt2" is not supported`},
 		{"no model_type", map[string]any{"model_type": nil}, "model_type: <nil>: missing"},
-		{"qwen2", map[string]any{"model_type": "qwen2", "architectures": []string{"Qwen2ForCausalLM"}}, "biases on q_proj"},
+		{"qwen3", map[string]any{"model_type": "qwen3", "architectures": []string{"Qwen3ForCausalLM"}}, "q_norm"},
 		{"sequence classification", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, `architectures: [LlamaForSequenceClassification]`},
 		{"mistral with a window", map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}, "sliding_window": 64}, "sliding_window: 64 is shorter than max_position_embeddings 128"},
 		{"attention bias", map[string]any{"attention_bias": true}, "attention_bias: true"},
@@ -159,30 +171,33 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"kv heads do not divide", map[string]any{"num_key_value_heads": 3}, "KVHeads"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := hf.ParseConfig(edit(t, tc.fields), "some/config.json")
+			_, err := hf.ParseConfig(edit(t, tc.fields), "some/config.json", 0)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "some/config.json") {
 				t.Fatalf("error %v, want one naming some/config.json and containing %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := hf.ParseConfig([]byte("[1, 2]"), "x/config.json"); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
+	if _, err := hf.ParseConfig([]byte("[1, 2]"), "x/config.json", 0); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
 		t.Errorf("an array: %v", err)
 	}
 }
 
 // TestParseConfigDefaults: missing optional fields take transformers' LlamaConfig defaults.
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := hf.ParseConfig(edit(t, map[string]any{"num_key_value_heads": nil, "head_dim": nil, "rms_norm_eps": nil,
-		"tie_word_embeddings": nil, "rope_parameters": nil, "architectures": nil, "hidden_act": nil}), "x")
+	l, err := hf.ParseConfig(edit(t, map[string]any{"num_key_value_heads": nil, "head_dim": nil, "rms_norm_eps": nil,
+		"tie_word_embeddings": nil, "rope_parameters": nil, "architectures": nil, "hidden_act": nil}), "x", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.KVHeads != 4 || c.HeadDim != 16 || c.NormEpsilon != 1e-6 || c.TiedEmbeddings || c.RopeTheta != 10000 || c.RopeScaling != nil {
+	if c := configOf(t, l); c.KVHeads != 4 || c.HeadDim != 16 || c.NormEpsilon != 1e-6 || c.TiedEmbeddings || c.RopeTheta != 10000 || c.RopeScaling != nil {
 		t.Errorf("%+v", c)
 	}
 	// A "default" rope_type is no scaling, with the theta it gives.
-	c, err = hf.ParseConfig(edit(t, map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1234.0}}), "x")
-	if err != nil || c.RopeScaling != nil || c.RopeTheta != 1234 {
-		t.Errorf("%+v, %v", c, err)
+	l, err = hf.ParseConfig(edit(t, map[string]any{"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1234.0}}), "x", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := configOf(t, l); c.RopeScaling != nil || c.RopeTheta != 1234 {
+		t.Errorf("%+v", c)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/onegpu/onegpu/hf/safetensors"
 	"github.com/onegpu/onegpu/internal/atomicfile"
 	"github.com/onegpu/onegpu/internal/regularfile"
-	"github.com/onegpu/onegpu/models"
 )
 
 // DefaultMaxShardBytes is the largest weights file Export writes before it shards: 5 GB, the
@@ -33,8 +32,9 @@ type ExportOptions struct {
 	// dtypes.BFloat16 (rounded to nearest, ties to even).
 	DType dtypes.DType
 	// MaxShardBytes: above it the weights are split into model-0000i-of-0000n.safetensors files
-	// with an index, in the order of LlamaTensors, as save_pretrained splits them (a tensor larger
-	// than the limit gets a file of its own). DefaultMaxShardBytes when 0.
+	// with an index, in the order of the model's tensors (Layout.Tensors), as save_pretrained
+	// splits them (a tensor larger than the limit gets a file of its own). DefaultMaxShardBytes
+	// when 0.
 	MaxShardBytes int64
 	// From is the checkpoint folder the model was loaded from, or "": the fields of its
 	// config.json that do not describe the model's math (token ids, generation settings, ...) are
@@ -59,10 +59,12 @@ var torchDType = map[dtypes.DType]string{dtypes.Float32: "float32", dtypes.BFloa
 // weightFile matches the weights files of a Hugging Face folder, which Export replaces.
 var weightFile = regexp.MustCompile(`^model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?$`)
 
-// Export writes the Llama of config c whose variables are under ctx's scope (as Load or
-// models.Llama create them) as a Hugging Face checkpoint in dir, which transformers loads as
-// LlamaForCausalLM unchanged: config.json (transformers 4's fields, which transformers 5 reads too)
-// and the weights, model.safetensors or shards and an index above opts.MaxShardBytes. Each file is
+// Export writes model (an onegpu model a registered family writes: Describe), whose variables are
+// under ctx's scope (as Open or the model create them), as a Hugging Face checkpoint in dir, which
+// transformers loads as the family's class unchanged (a models.Llama as LlamaForCausalLM, one with
+// q/k/v biases as Qwen2ForCausalLM): config.json (the family's fields; transformers 4's, which
+// transformers 5 reads too) and the weights, model.safetensors or shards and an index above
+// opts.MaxShardBytes. Each file is
 // written whole or not at all (a temporary file, synced, renamed); weights files of an earlier
 // export in dir that this one did not write are removed last, so that transformers cannot pick up
 // a stale model.safetensors. Tensors are converted and written one at a time: beyond the
@@ -72,11 +74,17 @@ var weightFile = regexp.MustCompile(`^model(-\d{5}-of-\d{5})?\.safetensors(\.ind
 // (written first, so that a folder an export left half-written is recognized too, and locked
 // while Export writes); any other folder is refused unless opts.Overwrite (see
 // CheckExportFolder, which a run calls before it trains). Temporary files a killed export left
-// are removed. A variable missing from ctx or shaped unlike the config, or a folder Export may
+// are removed. A variable missing from ctx or shaped unlike the model, or a folder Export may
 // not write, is an error before anything is written.
-func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportOptions) error {
-	if err := c.Validate(); err != nil {
-		return err
+func Export(ctx *context.Context, dir string, model any, opts ExportOptions) error {
+	if v, ok := model.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("exporting to %s: %w", dir, err)
+		}
+	}
+	layout, err := Describe(model)
+	if err != nil {
+		return fmt.Errorf("exporting to %s: %w", dir, err)
 	}
 	if opts.DType == dtypes.InvalidDType {
 		opts.DType = dtypes.Float32
@@ -95,7 +103,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 	var shards [][]safetensors.Tensor
 	var shardBytes, total int64
 	var problems []string
-	for _, spec := range LlamaTensors(c) {
+	for _, spec := range layout.Tensors() {
 		v := lookupVariable(ctx, spec.Name)
 		switch {
 		case v == nil:
@@ -126,7 +134,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 	if err != nil {
 		return fmt.Errorf("exporting to %s (nothing was written): %w", dir, err)
 	}
-	written, err := writeExport(dir, c, opts, shards, total)
+	written, err := writeExport(dir, layout, opts, shards, total)
 	if err != nil {
 		return errors.Join(err, folder.close())
 	}
@@ -135,7 +143,7 @@ func Export(ctx *context.Context, dir string, c models.LlamaConfig, opts ExportO
 
 // writeExport writes the weights in shards, the config and the carried files into dir, removes
 // stale weights files, and returns the names written.
-func writeExport(dir string, c models.LlamaConfig, opts ExportOptions, shards [][]safetensors.Tensor, total int64) (map[string]bool, error) {
+func writeExport(dir string, layout Layout, opts ExportOptions, shards [][]safetensors.Tensor, total int64) (map[string]bool, error) {
 	written := map[string]bool{}
 	metadata := map[string]string{"format": "pt"} // transformers refuses safetensors files without it
 	if len(shards) == 1 {
@@ -144,7 +152,7 @@ func writeExport(dir string, c models.LlamaConfig, opts ExportOptions, shards []
 		}
 		written[SingleFile] = true
 	} else {
-		idx := index{Metadata: map[string]any{"total_size": total, "total_parameters": c.Params()}, WeightMap: map[string]string{}}
+		idx := index{Metadata: map[string]any{"total_size": total, "total_parameters": layout.Params()}, WeightMap: map[string]string{}}
 		for i, shard := range shards {
 			name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
 			if err := safetensors.WriteFile(filepath.Join(dir, name), shard, metadata); err != nil {
@@ -161,7 +169,7 @@ func writeExport(dir string, c models.LlamaConfig, opts ExportOptions, shards []
 		}
 		written[IndexFile] = true
 	}
-	if err := writeConfig(dir, c, opts); err != nil {
+	if err := writeConfig(dir, layout, opts); err != nil {
 		return nil, err
 	}
 	written[ConfigFile] = true
@@ -202,8 +210,8 @@ func writeVariable(w io.Writer, v *context.Variable, from, to safetensors.DType,
 }
 
 // writeConfig writes config.json: the source's fields (opts.From) less those about the model's
-// math, and the model's.
-func writeConfig(dir string, c models.LlamaConfig, opts ExportOptions) error {
+// math, and the model's (Layout.Config).
+func writeConfig(dir string, layout Layout, opts ExportOptions) error {
 	fields := map[string]any{}
 	if opts.From != "" {
 		raw, err := readJSON(filepath.Join(opts.From, ConfigFile))
@@ -225,22 +233,10 @@ func writeConfig(dir string, c models.LlamaConfig, opts ExportOptions) error {
 	for _, k := range []string{"rope_parameters", "dtype", "sliding_window", "transformers_version", "pretraining_tp"} {
 		delete(fields, k)
 	}
-	var scaling any
-	if s := c.RopeScaling; s != nil {
-		scaling = map[string]any{"rope_type": "llama3", "factor": jsonFloat(s.Factor), "low_freq_factor": jsonFloat(s.LowFreqFactor),
-			"high_freq_factor": jsonFloat(s.HighFreqFactor), "original_max_position_embeddings": s.OriginalMaxPositions}
-	}
-	for k, v := range map[string]any{
-		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
-		"vocab_size": c.Vocab, "hidden_size": c.Hidden, "intermediate_size": c.Intermediate,
-		"num_hidden_layers": c.Layers, "num_attention_heads": c.Heads, "num_key_value_heads": c.KVHeads,
-		"head_dim": c.HeadDim, "max_position_embeddings": c.MaxPositions,
-		"rope_theta": jsonFloat(c.RopeTheta), "rope_scaling": scaling, "rms_norm_eps": jsonFloat(c.NormEpsilon),
-		"tie_word_embeddings": c.TiedEmbeddings, "hidden_act": "silu", "attention_bias": false, "mlp_bias": false,
-		"attention_dropout": jsonFloat(0), "torch_dtype": torchDType[opts.DType],
-	} {
+	for k, v := range layout.Config() {
 		fields[k] = v
 	}
+	fields["torch_dtype"] = torchDType[opts.DType]
 	raw, err := json.MarshalIndent(fields, "", "  ")
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package hf_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -16,16 +17,21 @@ import (
 
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/hf/safetensors"
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/models"
 )
 
 func load(t *testing.T, dir string, param dtypes.DType) *context.Context {
 	t.Helper()
 	ctx := context.New()
-	if _, err := hf.Load(ctx, dir, param); err != nil {
+	if _, err := hf.Open(ctx, dir, param, 0); err != nil {
 		t.Fatal(err)
 	}
 	return ctx
 }
+
+// llama is the models.Llama of config c, as a model to export.
+func llama(c models.LlamaConfig) models.Llama { return models.Llama{Config: c} }
 
 func files(t *testing.T, dir string) []string {
 	t.Helper()
@@ -45,17 +51,17 @@ func files(t *testing.T, dir string) []string {
 // transformers' metadata, and config.json reads back as the same config.
 func TestExportRoundTrip(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	if err := hf.Export(load(t, untiedDir, dtypes.Float32), out, untiedConfig, hf.ExportOptions{}); err != nil {
+	if err := hf.Export(load(t, untiedDir, dtypes.Float32), out, llama(untiedConfig), hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "model.safetensors", hf.MarkerFile}) {
 		t.Errorf("files %v", got)
 	}
-	c, err := hf.ReadConfig(out)
+	l, err := hf.ReadConfig(out, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(withoutDescription(c), untiedConfig) {
+	if c := configOf(t, l); !reflect.DeepEqual(withoutDescription(c), untiedConfig) {
 		t.Errorf("config read back: %+v", c)
 	}
 	want, got := readCheckpoint(t, untiedDir), readCheckpoint(t, out)
@@ -78,7 +84,7 @@ func TestExportRoundTrip(t *testing.T) {
 func TestExportShardedBFloat16(t *testing.T) {
 	ctx := load(t, tiedDir, dtypes.Float32)
 	out := filepath.Join(t.TempDir(), "out")
-	if err := hf.Export(ctx, out, tiedConfig, hf.ExportOptions{DType: dtypes.BFloat16, MaxShardBytes: 10_000, From: tiedDir}); err != nil {
+	if err := hf.Export(ctx, out, llama(tiedConfig), hf.ExportOptions{DType: dtypes.BFloat16, MaxShardBytes: 10_000, From: tiedDir}); err != nil {
 		t.Fatal(err)
 	}
 	names := files(t, out)
@@ -108,7 +114,7 @@ func TestExportShardedBFloat16(t *testing.T) {
 		t.Error(err)
 	}
 	// Again, in one file: the shards and the index of the first export are gone.
-	if err := hf.Export(ctx, out, tiedConfig, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
+	if err := hf.Export(ctx, out, llama(tiedConfig), hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
 		t.Fatal(err)
 	}
 	if got := files(t, out); !reflect.DeepEqual(got, []string{"config.json", "generation_config.json", "model.safetensors", hf.MarkerFile}) {
@@ -120,7 +126,7 @@ func TestExportShardedBFloat16(t *testing.T) {
 // last place.
 func TestExportRoundsToBFloat16(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	if err := hf.Export(load(t, untiedDir, dtypes.Float32), out, untiedConfig, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
+	if err := hf.Export(load(t, untiedDir, dtypes.Float32), out, llama(untiedConfig), hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
 		t.Fatal(err)
 	}
 	want, got := readCheckpoint(t, untiedDir), readCheckpoint(t, out)
@@ -145,16 +151,16 @@ func TestExportRefuses(t *testing.T) {
 	ctx := load(t, untiedDir, dtypes.Float32)
 	bigger := untiedConfig
 	bigger.Layers = 3
-	err := hf.Export(ctx, out, bigger, hf.ExportOptions{})
+	err := hf.Export(ctx, out, llama(bigger), hf.ExportOptions{})
 	if err == nil || !strings.Contains(err.Error(), "no variable for model.layers.2.input_layernorm.weight (/model/layers/2/input_layernorm/weight)") {
 		t.Fatalf("error %v", err)
 	}
 	wider := untiedConfig
 	wider.Vocab = 512
-	if err := hf.Export(ctx, out, wider, hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "has shape [256 64], the config gives model.embed_tokens.weight [512 64]") {
+	if err := hf.Export(ctx, out, llama(wider), hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "has shape [256 64], the config gives model.embed_tokens.weight [512 64]") {
 		t.Fatalf("error %v", err)
 	}
-	if err := hf.Export(ctx, out, untiedConfig, hf.ExportOptions{DType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "float32 or bfloat16") {
+	if err := hf.Export(ctx, out, llama(untiedConfig), hf.ExportOptions{DType: dtypes.Float16}); err == nil || !strings.Contains(err.Error(), "float32 or bfloat16") {
 		t.Fatalf("error %v", err)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
@@ -166,8 +172,10 @@ func TestExportRefuses(t *testing.T) {
 // $ONEGPU_TRANSFORMERS_PYTHON, or "": CI does not install torch.
 func transformersPython() string { return os.Getenv("ONEGPU_TRANSFORMERS_PYTHON") }
 
-// compareInTransformers loads an exported folder in transformers and returns the script's report.
-func compareInTransformers(t *testing.T, exported, fixture string) (logits, weights float64) {
+// compareInTransformers loads an exported folder in transformers and returns the script's report:
+// the largest differences of its logits and weights from the fixture's, and the class transformers
+// built.
+func compareInTransformers(t *testing.T, exported, fixture string) (logits, weights float64, class string) {
 	t.Helper()
 	python := transformersPython()
 	script := filepath.Join("..", "reference", "hf", "make_fixture.py")
@@ -182,33 +190,41 @@ func compareInTransformers(t *testing.T, exported, fixture string) (logits, weig
 		Class   string  `json:"class"`
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &report); err != nil || report.Class != "LlamaForCausalLM" {
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &report); err != nil {
 		t.Fatalf("report %q: %v", out, err)
 	}
-	t.Logf("transformers on %s vs %s: max |Δlogits| %.3g, max |Δweights| %.3g", filepath.Base(exported), filepath.Base(fixture), report.Logits, report.Weights)
-	return report.Logits, report.Weights
+	t.Logf("transformers on %s vs %s: %s, max |Δlogits| %.3g, max |Δweights| %.3g", filepath.Base(exported), filepath.Base(fixture), report.Class, report.Logits, report.Weights)
+	return report.Logits, report.Weights, report.Class
 }
 
-// TestTransformersLoadsExport: transformers loads what Export writes, unchanged, and computes the
-// fixture's logits from it (run where $ONEGPU_TRANSFORMERS_PYTHON names a Python with
-// reference/hf/requirements.txt installed).
+// TestTransformersLoadsExport: transformers loads what Export writes, unchanged, as the class of the
+// fixture's family, and computes the fixture's logits from it: every committed fixture in float32,
+// and the bfloat16 one in bfloat16 shards (run where $ONEGPU_TRANSFORMERS_PYTHON names a Python
+// with reference/hf/requirements.txt installed).
 func TestTransformersLoadsExport(t *testing.T) {
 	if transformersPython() == "" {
 		t.Skip("$ONEGPU_TRANSFORMERS_PYTHON is not set (a Python with torch and transformers, reference/hf/requirements.txt): transformers' reading of the export is not checked")
 	}
-	dir := t.TempDir()
-	untied := filepath.Join(dir, "untied")
-	if err := hf.Export(load(t, untiedDir, dtypes.Float32), untied, untiedConfig, hf.ExportOptions{}); err != nil {
-		t.Fatal(err)
+	type export struct {
+		fixture string
+		opts    hf.ExportOptions
 	}
-	tied := filepath.Join(dir, "tied")
-	if err := hf.Export(load(t, tiedDir, dtypes.Float32), tied, tiedConfig, hf.ExportOptions{DType: dtypes.BFloat16, MaxShardBytes: 20_000}); err != nil {
-		t.Fatal(err)
+	exports := []export{{tiedDir, hf.ExportOptions{DType: dtypes.BFloat16, MaxShardBytes: 20_000}}}
+	for _, name := range testkit.HFFixtureNames(t) {
+		exports = append(exports, export{filepath.Join("testdata", name), hf.ExportOptions{}})
 	}
-	for _, tc := range []struct{ exported, fixture string }{{untied, untiedDir}, {tied, tiedDir}} {
-		logits, weights := compareInTransformers(t, tc.exported, tc.fixture)
-		if logits != 0 || weights != 0 {
-			t.Errorf("%s: transformers' logits differ by %g, weights by %g: the export changed the model", tc.exported, logits, weights)
+	for i, e := range exports {
+		p, err := hf.Open(context.New(), e.fixture, dtypes.Float32, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), fmt.Sprint(i))
+		if err := hf.Export(p.Ctx, out, p.Model, e.opts); err != nil {
+			t.Fatal(err)
+		}
+		logits, weights, class := compareInTransformers(t, out, e.fixture)
+		if want := p.Layout.Config()["architectures"].([]string)[0]; logits != 0 || weights != 0 || class != want {
+			t.Errorf("%s: transformers built a %s (want %s), its logits differ by %g, weights by %g: the export changed the model", out, class, want, logits, weights)
 		}
 	}
 }

@@ -31,7 +31,7 @@ func TestExportRefusesSomeoneElsesModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, user)
-	err := hf.Export(ctx, user, untiedConfig, hf.ExportOptions{})
+	err := hf.Export(ctx, user, llama(untiedConfig), hf.ExportOptions{})
 	var foreign *hf.ForeignFolderError
 	if !errors.As(err, &foreign) || !strings.Contains(err.Error(), "config.json, generation_config.json, model-00001-of-00003.safetensors") ||
 		!strings.Contains(err.Error(), "nothing was written") || !strings.Contains(err.Error(), "ExportOptions.Overwrite") {
@@ -43,7 +43,7 @@ func TestExportRefusesSomeoneElsesModel(t *testing.T) {
 	if err := hf.CheckExportFolder(user, hf.ExportOptions{}); !errors.As(err, &foreign) {
 		t.Errorf("CheckExportFolder: %v, want the same refusal", err)
 	}
-	if err := hf.Export(ctx, user, untiedConfig, hf.ExportOptions{Overwrite: true}); err != nil {
+	if err := hf.Export(ctx, user, llama(untiedConfig), hf.ExportOptions{Overwrite: true}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := files(t, user), []string{"config.json", "generation_config.json", "model.safetensors", hf.MarkerFile}; !reflect.DeepEqual(got, want) {
@@ -52,7 +52,7 @@ func TestExportRefusesSomeoneElsesModel(t *testing.T) {
 	if want, got := readCheckpoint(t, untiedDir), readCheckpoint(t, user); !reflect.DeepEqual(got, want) {
 		t.Errorf("the export with Overwrite did not write the model")
 	}
-	if err := hf.Export(ctx, user, untiedConfig, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
+	if err := hf.Export(ctx, user, llama(untiedConfig), hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
 		t.Errorf("exporting again into the marked folder: %v", err)
 	}
 	marker, _ := os.ReadFile(filepath.Join(user, hf.MarkerFile))
@@ -79,7 +79,7 @@ func TestExportRefusesItsSource(t *testing.T) {
 	}
 	for _, dir := range []string{source, link, filepath.Join(root, "other", "..", "source")} {
 		for _, overwrite := range []bool{false, true} {
-			err := hf.Export(ctx, dir, untiedConfig, hf.ExportOptions{From: source, Overwrite: overwrite})
+			err := hf.Export(ctx, dir, llama(untiedConfig), hf.ExportOptions{From: source, Overwrite: overwrite})
 			var same *hf.SourceFolderError
 			if !errors.As(err, &same) || !strings.Contains(err.Error(), "the folder the model was loaded from") {
 				t.Errorf("export into %s (Overwrite %v): %v, want a *SourceFolderError", dir, overwrite, err)
@@ -97,7 +97,7 @@ func TestExportRefusesItsSource(t *testing.T) {
 func TestExportRemovesLeftovers(t *testing.T) {
 	ctx := load(t, untiedDir, dtypes.Float32)
 	out := filepath.Join(t.TempDir(), "out")
-	if err := hf.Export(ctx, out, untiedConfig, hf.ExportOptions{}); err != nil {
+	if err := hf.Export(ctx, out, llama(untiedConfig), hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{".model.safetensors.123456.tmp", ".config.json.98.tmp", ".model-00001-of-00002.safetensors.5.tmp", ".notes.7.tmp"} {
@@ -105,7 +105,7 @@ func TestExportRemovesLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := hf.Export(ctx, out, untiedConfig, hf.ExportOptions{}); err != nil {
+	if err := hf.Export(ctx, out, llama(untiedConfig), hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := files(t, out), []string{".notes.7.tmp", "config.json", "model.safetensors", hf.MarkerFile}; !reflect.DeepEqual(got, want) {
@@ -129,7 +129,7 @@ func TestExportChecksBeforeWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := filepath.Join(root, "ours")
-	if err := hf.Export(ctx, ours, untiedConfig, hf.ExportOptions{}); err != nil {
+	if err := hf.Export(ctx, ours, llama(untiedConfig), hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(ours, "config.json")); err != nil {
@@ -164,7 +164,7 @@ func TestExportChecksBeforeWriting(t *testing.T) {
 	}
 	for _, c := range cases {
 		opts := hf.ExportOptions{From: c.from}
-		for name, err := range map[string]error{"CheckExportFolder": hf.CheckExportFolder(c.dir, opts), "Export": hf.Export(ctx, c.dir, untiedConfig, opts)} {
+		for name, err := range map[string]error{"CheckExportFolder": hf.CheckExportFolder(c.dir, opts), "Export": hf.Export(ctx, c.dir, llama(untiedConfig), opts)} {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s(%s, From %q): %v, want %q", name, c.dir, c.from, err, c.want)
 			}
@@ -186,7 +186,7 @@ func TestExportChecksBeforeWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := files(t, ours)
-	if err := hf.Export(ctx, ours, untiedConfig, hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "another export is writing to "+ours) {
+	if err := hf.Export(ctx, ours, llama(untiedConfig), hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "another export is writing to "+ours) {
 		t.Errorf("an export while another holds the folder: %v", err)
 	}
 	if after := files(t, ours); !slices.Equal(after, before) {

@@ -14,7 +14,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
-	"github.com/onegpu/onegpu/models"
 )
 
 // chunkBytes is how much of a tensor is read and converted at a time when the file is not mapped.
@@ -24,14 +23,40 @@ const chunkBytes = 1 << 20
 // conversions saved the rotary inverse frequencies); Load skips them, as transformers does.
 var derived = regexp.MustCompile(`^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$`)
 
-// Load reads the Hugging Face checkpoint in dir, config.json (ReadConfig) and its safetensors
-// weights (LoadWeights), into ctx's variables in param dtype, and returns its config.
-func Load(ctx *context.Context, dir string, param dtypes.DType) (models.LlamaConfig, error) {
-	c, err := ReadConfig(dir)
+// Pretrained is a Hugging Face folder opened by Open: the model config.json describes and its
+// weights.
+type Pretrained struct {
+	// Dir is the folder.
+	Dir string
+	// Model is the onegpu model (Layout.Model(): a train.Model, such as a models.Llama; hf sits
+	// below train and cannot name that interface).
+	Model any
+	// Layout is how the folder holds the model: its family's tensors and config.json fields.
+	Layout Layout
+	// Ctx holds the weights, under the names the model reads, in Reuse mode: a variable the model
+	// asks for and the folder lacks is an error, not a fresh random weight.
+	Ctx *context.Context
+}
+
+// Open is the one way onegpu loads a Hugging Face folder (a checkpoint transformers'
+// save_pretrained wrote): it reads config.json into the model its family describes
+// (ReadConfig, at sequence length seq; 0 for DefaultSeqLen capped at the model's positions),
+// then the safetensors weights into ctx's variables under ctx's scope, in param dtype (see
+// LoadWeights). Give a new context (context.New()) for a model of its own, or the context a
+// trainer trains (train.Trainer.SetWeights) to start a run from the weights.
+//
+//	p, err := hf.Open(context.New(), "Qwen2.5-0.5B", dtypes.Float32, 512)
+//	m := &train.Loaded{Model: p.Model.(train.Model), Policy: f32, Backend: backend, Ctx: p.Ctx}
+//	loss, metrics, err := m.Loss(batch)
+func Open(ctx *context.Context, dir string, param dtypes.DType, seq int) (*Pretrained, error) {
+	layout, err := ReadConfig(dir, seq)
 	if err != nil {
-		return c, err
+		return nil, err
 	}
-	return c, LoadWeights(ctx, dir, c, param)
+	if err := LoadWeights(ctx, dir, layout, param); err != nil {
+		return nil, err
+	}
+	return &Pretrained{Dir: dir, Model: layout.Model(), Layout: layout, Ctx: ctx.Reuse()}, nil
 }
 
 // loadItem is one tensor to load: where it is and the variable it goes to.
@@ -44,8 +69,8 @@ type loadItem struct {
 }
 
 // LoadWeights reads the weights of dir (model.safetensors, or the shards model.safetensors.index.json
-// names; float32, bfloat16, float16 or float64) into the variables of a Llama of config c under
-// ctx's scope, by Hugging Face's names (LlamaTensors, VariableOf). Variables that do not exist yet
+// names; float32, bfloat16, float16 or float64) into the variables of the model layout describes
+// under ctx's scope, by Hugging Face's names (Layout.Tensors, VariableOf). Variables that do not exist yet
 // are created in param dtype (float32, bfloat16, float16 or float64); existing ones keep their
 // dtype and shape and get the checkpoint's values. Values are rounded to nearest (ties to even)
 // when the dtypes differ.
@@ -53,13 +78,13 @@ type loadItem struct {
 // Everything is checked before any variable is touched: a tensor missing from the files, one the
 // model does not have (each named), a shape other than the config's (both shapes named) or a
 // dtype that is not floating point is an error, and ctx is left as it was. Tensors the model
-// derives from its config (rotary_emb.inv_freq) are skipped; with tied embeddings an lm_head.weight
-// equal to the embeddings is accepted, a different one refused.
+// derives from its config (rotary_emb.inv_freq) are skipped; a tensor the layout aliases to
+// another (lm_head.weight with tied embeddings) is accepted when it equals it, refused otherwise.
 //
 // Files are memory-mapped where the platform allows it and each tensor is converted straight into
 // its variable's tensor (by 1 MiB chunks when not mapped): beyond the variables themselves, loading
 // holds no more than one chunk in Go memory.
-func LoadWeights(ctx *context.Context, dir string, c models.LlamaConfig, param dtypes.DType) error {
+func LoadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.DType) error {
 	if _, ok := fileTypes[param]; !ok {
 		return fmt.Errorf("loading %s: param dtype %s is not a floating-point dtype (float32, bfloat16, float16 or float64)", dir, param)
 	}
@@ -68,10 +93,10 @@ func LoadWeights(ctx *context.Context, dir string, c models.LlamaConfig, param d
 		return err
 	}
 	defer w.Close()
-	if err := w.checkImplied(c); err != nil {
+	if err := w.checkImplied(layout); err != nil {
 		return err
 	}
-	items, err := plan(ctx, w, c, param)
+	items, err := plan(ctx, w, layout, param)
 	if err != nil {
 		return err
 	}
@@ -92,27 +117,27 @@ func LoadWeights(ctx *context.Context, dir string, c models.LlamaConfig, param d
 	return nil
 }
 
-// CheckWeights returns the error LoadWeights would return for the weights of dir and config c,
-// reading only the files' headers: a run checks its checkpoint with it before it builds a model
-// of c (a config.json that asks for more layers or parameters than the weights hold is refused
-// at once, without building anything of its size).
-func CheckWeights(dir string, c models.LlamaConfig) error {
+// CheckWeights returns the error LoadWeights would return for the weights of dir and the model
+// layout describes, reading only the files' headers: a run checks its checkpoint with it before it
+// builds the model (a config.json that asks for more layers or parameters than the weights hold is
+// refused at once, without building anything of its size).
+func CheckWeights(dir string, layout Layout) error {
 	w, err := openWeights(dir)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := w.checkImplied(c); err != nil {
+	if err := w.checkImplied(layout); err != nil {
 		return err
 	}
-	_, err = plan(context.New(), w, c, dtypes.Float32)
+	_, err = plan(context.New(), w, layout, dtypes.Float32)
 	return err
 }
 
 // plan matches the checkpoint's tensors with the model's and checks every one before anything
 // is read.
-func plan(ctx *context.Context, w *weights, c models.LlamaConfig, param dtypes.DType) ([]loadItem, error) {
-	specs := LlamaTensors(c)
+func plan(ctx *context.Context, w *weights, layout Layout, param dtypes.DType) ([]loadItem, error) {
+	specs, aliases := layout.Tensors(), layout.Aliases()
 	expected := map[string]bool{}
 	var items []loadItem
 	var missing, problems []string
@@ -145,9 +170,9 @@ func plan(ctx *context.Context, w *weights, c models.LlamaConfig, param dtypes.D
 	for _, name := range w.names() {
 		switch {
 		case expected[name] || derived.MatchString(name):
-		case name == "lm_head.weight" && c.TiedEmbeddings:
-			if err := sameTensor(w, name, "model.embed_tokens.weight"); err != nil {
-				problems = append(problems, fmt.Sprintf("%v: with tie_word_embeddings the output layer is the embedding table", err))
+		case aliases[name] != "":
+			if err := sameTensor(w, name, aliases[name]); err != nil {
+				problems = append(problems, fmt.Sprintf("%v: the model holds one tensor for both (tie_word_embeddings: the output layer is the embedding table)", err))
 			}
 		default:
 			extra = append(extra, name)
@@ -158,7 +183,7 @@ func plan(ctx *context.Context, w *weights, c models.LlamaConfig, param dtypes.D
 		problems = append(problems, fmt.Sprintf("%d tensors the model needs are missing: %s", len(missing), list(missing)))
 	}
 	if len(extra) > 0 {
-		problems = append(problems, fmt.Sprintf("%d tensors are not part of a Llama of this config (config.json): %s", len(extra), list(extra)))
+		problems = append(problems, fmt.Sprintf("%d tensors are not part of the %v model config.json describes: %s", len(extra), layout.Config()["model_type"], list(extra)))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("checkpoint %s does not fit the model (nothing was loaded):\n  %s", where, strings.Join(problems, "\n  "))

@@ -37,7 +37,7 @@ func BenchmarkLoad(b *testing.B) {
 		ctx := context.New()
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
-		if err := hf.LoadWeights(ctx, dir, c, dtypes.Float32); err != nil {
+		if _, err := hf.Open(ctx, dir, dtypes.Float32, 0); err != nil {
 			b.Fatal(err)
 		}
 		runtime.ReadMemStats(&m1)
@@ -51,8 +51,12 @@ func BenchmarkLoad(b *testing.B) {
 func writeRandomCheckpoint(tb testing.TB, dir string, c models.LlamaConfig) {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(1, 1))
+	layout, err := hf.Describe(models.Llama{Config: c})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	var ts []safetensors.Tensor
-	for _, spec := range hf.LlamaTensors(c) {
+	for _, spec := range layout.Tensors() {
 		n := 1
 		for _, d := range spec.Shape {
 			n *= d
@@ -93,7 +97,7 @@ func BenchmarkExport(b *testing.B) {
 	dir := b.TempDir()
 	writeRandomCheckpoint(b, dir, c)
 	ctx := context.New()
-	if err := hf.LoadWeights(ctx, dir, c, dtypes.Float32); err != nil {
+	if _, err := hf.Open(ctx, dir, dtypes.Float32, 0); err != nil {
 		b.Fatal(err)
 	}
 	out := filepath.Join(b.TempDir(), "out")
@@ -103,7 +107,7 @@ func BenchmarkExport(b *testing.B) {
 	for range b.N {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
-		if err := hf.Export(ctx, out, c, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
+		if err := hf.Export(ctx, out, models.Llama{Config: c}, hf.ExportOptions{DType: dtypes.BFloat16}); err != nil {
 			b.Fatal(err)
 		}
 		runtime.ReadMemStats(&m1)

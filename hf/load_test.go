@@ -137,15 +137,16 @@ func TestLoadFixtures(t *testing.T) {
 	}{{untiedDir, untiedConfig}, {tiedDir, tiedConfig}} {
 		t.Run(filepath.Base(tc.dir), func(t *testing.T) {
 			ctx := context.New()
-			c, err := hf.Load(ctx, tc.dir, dtypes.Float32)
+			p, err := hf.Open(ctx, tc.dir, dtypes.Float32, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if withoutDescription(c).RopeTheta != tc.want.RopeTheta || c.Layers != tc.want.Layers {
-				t.Errorf("config %+v", c)
+			c := configOf(t, p.Layout)
+			if withoutDescription(c).RopeTheta != tc.want.RopeTheta || c.Layers != tc.want.Layers || p.Dir != tc.dir || p.Model != p.Layout.Model() {
+				t.Errorf("config %+v, opened %+v", c, p)
 			}
 			files := readCheckpoint(t, tc.dir)
-			specs := hf.LlamaTensors(c)
+			specs := p.Layout.Tensors()
 			if len(files) != len(specs) || ctx.NumVariables() != len(specs) || int64(ctx.NumParameters()) != c.Params() {
 				t.Fatalf("%d tensors in the files, %d specs, %d variables (%d parameters, config %d)", len(files), len(specs), ctx.NumVariables(), ctx.NumParameters(), c.Params())
 			}
@@ -172,11 +173,12 @@ func TestLoadIntoBFloat16(t *testing.T) {
 	// One variable exists already, in float32: it keeps its dtype.
 	scope, name := hf.VariableOf(ctx, "model.norm.weight")
 	scope.VariableWithValue(name, tensors.FromShape(shapes.Make(dtypes.Float32, 64)))
-	if _, err := hf.Load(ctx, untiedDir, dtypes.BFloat16); err != nil {
+	p, err := hf.Open(ctx, untiedDir, dtypes.BFloat16, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	files := readCheckpoint(t, untiedDir)
-	for _, spec := range hf.LlamaTensors(untiedConfig) {
+	for _, spec := range p.Layout.Tensors() {
 		v := variable(ctx, spec.Name)
 		wantDType := dtypes.BFloat16
 		if spec.Name == "model.norm.weight" {
@@ -219,7 +221,7 @@ func TestLoadRefuses(t *testing.T) {
 			[]string{"1 tensors the model needs are missing: model.layers.1.mlp.up_proj.weight"}},
 		{"extra", nil, func(ts map[string]rawTensor) {
 			ts["model.layers.0.self_attn.q_proj.bias"] = rawTensor{safetensors.F32, []int{64}, make([]byte, 256)}
-		}, []string{"1 tensors are not part of a Llama", "model.layers.0.self_attn.q_proj.bias"}},
+		}, []string{"1 tensors are not part of the llama model config.json describes", "model.layers.0.self_attn.q_proj.bias"}},
 		{"misshapen", nil, func(ts map[string]rawTensor) {
 			r := ts["model.layers.0.self_attn.k_proj.weight"]
 			ts["model.layers.0.self_attn.k_proj.weight"] = rawTensor{r.dtype, []int{64, 32}, r.data}
@@ -229,14 +231,14 @@ func TestLoadRefuses(t *testing.T) {
 			ts["model.norm.weight"] = rawTensor{safetensors.I32, r.shape, r.data}
 		}, []string{"model.norm.weight", "is I32"}},
 		{"config with more layers", map[string]any{"num_hidden_layers": 3}, nil,
-			[]string{"describes 3 layers, 30 tensors of 143808 parameters", "hold 2 layers, 21 tensors of 106816 parameters"}},
+			[]string{"describes 3 layers, 143808 parameters", "hold 2 layers, 21 tensors of 106816 parameters"}},
 		{"tied config, untied weights", map[string]any{"tie_word_embeddings": true}, nil,
 			[]string{"lm_head.weight differs from model.embed_tokens.weight", "tie_word_embeddings"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := copyFixture(t, tc.config, tc.change)
 			ctx := context.New()
-			_, err := hf.Load(ctx, dir, dtypes.Float32)
+			_, err := hf.Open(ctx, dir, dtypes.Float32, 0)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -260,11 +262,11 @@ func TestLoadAccepts(t *testing.T) {
 		ts["model.layers.1.self_attn.rotary_emb.inv_freq"] = rawTensor{safetensors.F32, []int{8}, make([]byte, 32)}
 	})
 	ctx := context.New()
-	c, err := hf.Load(ctx, dir, dtypes.Float32)
+	p, err := hf.Open(ctx, dir, dtypes.Float32, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.TiedEmbeddings || ctx.NumVariables() != len(hf.LlamaTensors(c)) || variable(ctx, "lm_head.weight") != nil {
+	if !configOf(t, p.Layout).TiedEmbeddings || ctx.NumVariables() != len(p.Layout.Tensors()) || variable(ctx, "lm_head.weight") != nil {
 		t.Errorf("tied: %d variables, lm_head %v", ctx.NumVariables(), variable(ctx, "lm_head.weight"))
 	}
 }
@@ -274,7 +276,7 @@ func TestLoadExistingVariableMisshapen(t *testing.T) {
 	ctx := context.New()
 	scope, name := hf.VariableOf(ctx, "model.embed_tokens.weight")
 	scope.VariableWithValue(name, tensors.FromShape(shapes.Make(dtypes.Float32, 32000, 64)))
-	_, err := hf.Load(ctx, untiedDir, dtypes.Float32)
+	_, err := hf.Open(ctx, untiedDir, dtypes.Float32, 0)
 	if err == nil || !strings.Contains(err.Error(), "variable /model/embed_tokens/weight has shape [32000 64], the checkpoint's model.embed_tokens.weight [256 64]") {
 		t.Fatalf("error %v", err)
 	}
@@ -313,7 +315,7 @@ func TestLoadFolderErrors(t *testing.T) {
 		dir := t.TempDir()
 		_ = os.WriteFile(filepath.Join(dir, "config.json"), config, 0o644)
 		_ = os.WriteFile(filepath.Join(dir, "pytorch_model.bin"), []byte("pickle"), 0o644)
-		_, err := hf.Load(context.New(), dir, dtypes.Float32)
+		_, err := hf.Open(context.New(), dir, dtypes.Float32, 0)
 		if err == nil || !strings.Contains(err.Error(), "holds neither model.safetensors nor model.safetensors.index.json (it holds: config.json, pytorch_model.bin)") ||
 			!strings.Contains(err.Error(), "pickle") {
 			t.Fatalf("error %v", err)
@@ -323,7 +325,7 @@ func TestLoadFolderErrors(t *testing.T) {
 		dir, wm := shardOf(t)
 		wm["model.norm.weight"] = "../model-00001-of-00003.safetensors"
 		writeIndex(t, dir, wm)
-		if _, err := hf.Load(context.New(), dir, dtypes.Float32); err == nil || !strings.Contains(err.Error(), `not a file name in the folder`) {
+		if _, err := hf.Open(context.New(), dir, dtypes.Float32, 0); err == nil || !strings.Contains(err.Error(), `not a file name in the folder`) {
 			t.Fatalf("error %v", err)
 		}
 	})
@@ -331,7 +333,7 @@ func TestLoadFolderErrors(t *testing.T) {
 		dir, wm := shardOf(t)
 		wm["model.norm.weight"] = "model-00001-of-00003.safetensors"
 		writeIndex(t, dir, wm)
-		_, err := hf.Load(context.New(), dir, dtypes.Float32)
+		_, err := hf.Open(context.New(), dir, dtypes.Float32, 0)
 		if err == nil || !strings.Contains(err.Error(), `puts tensor "model.norm.weight" in model-00001-of-00003.safetensors, which does not hold it`) {
 			t.Fatalf("error %v", err)
 		}
@@ -340,13 +342,13 @@ func TestLoadFolderErrors(t *testing.T) {
 		dir, wm := shardOf(t)
 		delete(wm, "model.norm.weight")
 		writeIndex(t, dir, wm)
-		_, err := hf.Load(context.New(), dir, dtypes.Float32)
+		_, err := hf.Open(context.New(), dir, dtypes.Float32, 0)
 		if err == nil || !strings.Contains(err.Error(), `holds tensor "model.norm.weight", which model.safetensors.index.json does not map to it`) {
 			t.Fatalf("error %v", err)
 		}
 	})
 	t.Run("integer param dtype", func(t *testing.T) {
-		if _, err := hf.Load(context.New(), tiedDir, dtypes.Int32); err == nil || !strings.Contains(err.Error(), "not a floating-point dtype") {
+		if _, err := hf.Open(context.New(), tiedDir, dtypes.Int32, 0); err == nil || !strings.Contains(err.Error(), "not a floating-point dtype") {
 			t.Fatalf("error %v", err)
 		}
 	})

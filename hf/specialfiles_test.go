@@ -114,7 +114,7 @@ func TestLoadRefusesSpecialFiles(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := hf.Load(context.New(), dir, dtypes.Float32)
+			_, err := hf.Open(context.New(), dir, dtypes.Float32, 0)
 			done <- err
 		}()
 		select {
@@ -144,13 +144,13 @@ func TestLoadRefusesSpecialFiles(t *testing.T) {
 			t.Skipf("no symbolic links here: %v", err)
 		}
 	}
-	if _, err := hf.Load(context.New(), snapshot, dtypes.Float32); err != nil {
+	if _, err := hf.Open(context.New(), snapshot, dtypes.Float32, 0); err != nil {
 		t.Errorf("loading a cache snapshot of links: %v", err)
 	}
 }
 
 // TestLoadRefusesAbsurdLayerCounts: a config.json asking for 10^6 or 10^9 layers of the
-// fixture's 2-layer weights is refused by CheckWeights and LoadWeights from the files' headers,
+// fixture's 2-layer weights is refused by CheckWeights and Open from the files' headers,
 // in under 10 s, naming both counts (before, eval --hf died of Go's "out of memory" building the
 // list of 9·10^9 tensor names).
 func TestLoadRefusesAbsurdLayerCounts(t *testing.T) {
@@ -160,13 +160,14 @@ func TestLoadRefusesAbsurdLayerCounts(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "config.json"), edit(t, map[string]any{"num_hidden_layers": layers}), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		c, err := hf.ReadConfig(dir)
+		layout, err := hf.ReadConfig(dir, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan [2]error, 1)
 		go func() {
-			done <- [2]error{hf.CheckWeights(dir, c), hf.LoadWeights(context.New(), dir, c, dtypes.Float32)}
+			_, err := hf.Open(context.New(), dir, dtypes.Float32, 0)
+			done <- [2]error{hf.CheckWeights(dir, layout), err}
 		}()
 		select {
 		case errs := <-done:

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
-	"github.com/onegpu/onegpu/models"
 )
 
 // The file names of a Hugging Face checkpoint's weights: one file, or an index naming the shard
@@ -159,13 +158,13 @@ func (w *weights) names() []string {
 // layerName matches the tensors of a numbered layer, for counting the layers the files hold.
 var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.`)
 
-// checkImplied refuses a config that asks for more layers than the files hold, before anything is
+// checkImplied refuses a model that asks for more layers than the files hold, before anything is
 // built from it: a config.json of 10^9 layers with a small folder of weights would otherwise
-// allocate the names of 9·10^9 tensors, or build a step of 10^9 layers, before any tensor was
-// found missing. (Fewer tensors within the layers present are plan's to name one by one.) The
-// counts of the config in the message come from closed forms (models.LlamaConfig.Params;
-// LlamaTensors of one and two layers), never from a list of its size.
-func (w *weights) checkImplied(c models.LlamaConfig) error {
+// allocate the names of 9·10^9 tensors (Layout.Tensors), or build a step of 10^9 layers, before
+// any tensor was found missing. (Fewer tensors within the layers present are plan's to name one by
+// one.) The model's counts in the message come from its layout's closed forms (Layers, Params),
+// never from a list of its size.
+func (w *weights) checkImplied(layout Layout) error {
 	var haveParams int64
 	layers := 0
 	for name := range w.where {
@@ -177,15 +176,11 @@ func (w *weights) checkImplied(c models.LlamaConfig) error {
 			}
 		}
 	}
-	if c.Layers <= layers {
+	if layout.Layers() <= layers {
 		return nil
 	}
-	one, two := c, c
-	one.Layers, two.Layers = 1, 2
-	first := int64(len(LlamaTensors(one)))
-	wantTensors := first + int64(c.Layers-1)*(int64(len(LlamaTensors(two)))-first)
-	return fmt.Errorf("checkpoint %s does not fit the model (nothing was loaded): %s describes %d layers, %d tensors of %d parameters; "+
+	return fmt.Errorf("checkpoint %s does not fit the model (nothing was loaded): %s describes %d layers, %d parameters; "+
 		"the weights hold %d layers, %d tensors of %d parameters: config.json does not describe these weights "+
 		"(num_hidden_layers and the sizes must be those the weights were saved with)",
-		w.dir, ConfigFile, c.Layers, wantTensors, c.Params(), layers, len(w.where), haveParams)
+		w.dir, ConfigFile, layout.Layers(), layout.Params(), layers, len(w.where), haveParams)
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // SetWeights starts the run from weights of one's own instead of the seed's: load fills the
-// context the step reads and updates (e.g. hf.LoadWeights of a published checkpoint, which creates
+// context the step reads and updates (e.g. hf.Open of a published checkpoint into it, which creates
 // the model's variables under their names), and the first step finds them there, creating only
 // what load left out (the optimizer's state). It must come before the first step, of a run that
 // starts at step 0: a run that resumes from a checkpoint takes its weights from the checkpoint.

@@ -13,14 +13,13 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/mixed"
-	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
 )
 
 func init() {
 	register(command{
 		name:    "eval",
-		summary: "the mean next-token cross-entropy of a Hugging Face Llama checkpoint on token ids (.npy)",
+		summary: "the mean next-token cross-entropy of a Hugging Face checkpoint (Llama, Qwen2) on token ids (.npy)",
 		run:     func(args []string) error { return runEval(args, os.Stdout) },
 	})
 }
@@ -40,7 +39,7 @@ type evalReport struct {
 
 func runEval(args []string, w io.Writer) error {
 	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
-	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama")
+	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama or a Qwen2")
 	tokensFile := fs.String("tokens", "", ".npy of token ids [sequences, length], int32 or int64; each sequence's tokens after the first are predicted")
 	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
 	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
@@ -52,7 +51,7 @@ func runEval(args []string, w io.Writer) error {
 		return err
 	}
 	if *dir == "" || *tokensFile == "" {
-		return fmt.Errorf("eval needs --hf DIR (a Hugging Face Llama checkpoint) and --tokens FILE.npy (token ids [sequences, length])")
+		return fmt.Errorf("eval needs --hf DIR (a Hugging Face checkpoint) and --tokens FILE.npy (token ids [sequences, length])")
 	}
 	if *batch < 1 {
 		return fmt.Errorf("--batch %d: evaluate at least 1 sequence at a time", *batch)
@@ -65,23 +64,22 @@ func runEval(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := hf.ReadConfig(*dir)
+	// config.json first (the vocabulary the ids must fit, the positions they may fill), then the
+	// weights: a bad token file is refused before a large model is read.
+	layout, err := hf.ReadConfig(*dir, 0)
 	if err != nil {
 		return err
 	}
 	// The weights' headers against the config, before anything of the config's size is built.
-	if err := hf.CheckWeights(*dir, c); err != nil {
+	if err := hf.CheckWeights(*dir, layout); err != nil {
 		return err
 	}
-	ids, err := data.ReadTokens(*tokensFile, 1, 1, c.Vocab, 0)
-	if err != nil {
-		return err
+	lm, ok := layout.Model().(train.LanguageModel)
+	if !ok {
+		return fmt.Errorf("--hf %s holds %v, not a language model", *dir, layout.Model())
 	}
-	if ids.Length()-1 > c.MaxPositions {
-		return fmt.Errorf("--tokens %s: sequences of %d tokens: the model reads at most %d positions (max_position_embeddings)", *tokensFile, ids.Length(), c.MaxPositions)
-	}
-	c.SeqLen = ids.Length() - 1
-	m, err := models.NewLlama(c)
+	_, vocab := lm.TokenShape()
+	ids, err := data.ReadTokens(*tokensFile, 1, 1, vocab, 0)
 	if err != nil {
 		return err
 	}
@@ -97,17 +95,17 @@ func runEval(args []string, w io.Writer) error {
 	if err := policy.Validate(backend); err != nil {
 		return err
 	}
-	ctx := context.New()
-	if err := hf.LoadWeights(ctx, *dir, c, policy.Param); err != nil {
-		return err
+	p, err := hf.Open(context.New(), *dir, policy.Param, ids.Length()-1)
+	if err != nil {
+		return fmt.Errorf("--tokens %s: sequences of %d tokens: %w", *tokensFile, ids.Length(), err)
 	}
+	m := p.Model.(train.Model)
 	settings := train.Settings{Policy: policy, Attention: attention, CrossEntropy: crossEntropy}
-	// Reuse: every variable must come from the checkpoint; one it lacks is an error, not a fresh
-	// random weight.
-	exec, err := context.NewExec(backend, ctx.Reuse(), func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
+	// p.Ctx is in Reuse mode: a variable the folder lacks is an error, not a fresh random weight.
+	exec, err := context.NewExec(backend, p.Ctx, func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
 		settings.Apply(ctx, tokens.Graph())
-		sum, count := m.CrossEntropy(ctx, tokens, labels, nil)
-		return []*graph.Node{sum, count}
+		loss, _ := m.Loss(ctx, []*graph.Node{tokens, labels})
+		return []*graph.Node{loss.Sum, loss.Count}
 	})
 	if err != nil {
 		return err
@@ -128,7 +126,7 @@ func runEval(args []string, w io.Writer) error {
 		sum += float64(tensors.MustCopyFlatData[float32](outs[0])[0])
 		count += float64(tensors.MustCopyFlatData[float32](outs[1])[0])
 	}
-	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: m.String(), Policy: policy.String(), Backend: spec.String(),
+	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: fmt.Sprint(m), Policy: policy.String(), Backend: spec.String(),
 		Attention: attention.String(), CrossEntropy: crossEntropy.String()}
 	if *asJSON {
 		return writeJSON(w, r)

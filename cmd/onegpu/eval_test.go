@@ -157,3 +157,23 @@ func TestTrainHFRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainHFRefuses: --init-hf with a --model of another family or a --preset of another shape,
+// and --export-hf of a model no Hugging Face family writes, are refused before any training.
+func TestTrainHFRefuses(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	fixture := filepath.Join("..", "..", "hf", "testdata", "llama3_untied")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--init-hf", fixture, "--model", "gpt"}, "holds a llama model; --model gpt cannot take its weights: use --model llama"},
+		{[]string{"--init-hf", fixture, "--preset", "tiny"}, "--preset tiny is not the model of"},
+		{[]string{"--model", "mlp", "--export-hf", filepath.Join(t.TempDir(), "out")}, "--export-hf: no Hugging Face family writes the model"},
+	} {
+		if err := runTrain(append(c.args, "--steps", "1"), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("train %v: %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+}

@@ -22,7 +22,6 @@ import (
 // write the trained model as one (--export-hf).
 type hfRun struct {
 	initDir, exportDir string
-	config             models.LlamaConfig // config.json of initDir
 	// overwrite (--overwrite) lets the export replace files onegpu did not export;
 	// checkpointDir (--checkpoint) is a folder the run reads and writes, which the export may not be.
 	overwrite     bool
@@ -30,52 +29,65 @@ type hfRun struct {
 }
 
 func (h *hfRun) register(fs *flag.FlagSet) {
-	fs.StringVar(&h.initDir, "init-hf", "", "start from the weights of this Hugging Face Llama checkpoint (config.json and safetensors); the model's shape\ncomes from config.json (implies --model llama; a --preset must be that shape) (default: the seed's weights)")
-	fs.StringVar(&h.exportDir, "export-hf", "", "after training, write the Llama to this folder as a Hugging Face checkpoint that transformers loads\n(config.json, model.safetensors or shards): a new or empty folder, or one onegpu exported before (it holds "+hf.MarkerFile+");\nanother folder only with --overwrite; never --init-hf's. Checked before training (default: none)")
+	fs.StringVar(&h.initDir, "init-hf", "", "start from the weights of this Hugging Face checkpoint (config.json and safetensors: a Llama or a Qwen2);\nthe model's shape comes from config.json (implies --model of its family; a --preset must be that shape) (default: the seed's weights)")
+	fs.StringVar(&h.exportDir, "export-hf", "", "after training, write the model to this folder as a Hugging Face checkpoint that transformers loads\n(config.json, model.safetensors or shards): a new or empty folder, or one onegpu exported before (it holds "+hf.MarkerFile+");\nanother folder only with --overwrite; never --init-hf's. Checked before training (default: none)")
 }
 
-// prepare reads --init-hf's config.json and makes it the run's model, before the setup flags are
-// read into a config: --model must be llama (or left out) and a --preset the same shape.
+// prepare reads --init-hf's config.json and makes its model the run's, before the setup flags are
+// read into a config: --model must be its family (or left out) and a --preset the same shape.
 func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 	if h.initDir == "" {
 		return nil
 	}
-	c, err := hf.ReadConfig(h.initDir)
+	layout, err := hf.ReadConfig(h.initDir, 0)
 	if err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
 	}
 	// The weights' headers against the config, before anything of the config's size is built.
-	if err := hf.CheckWeights(h.initDir, c); err != nil {
+	if err := hf.CheckWeights(h.initDir, layout); err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
 	}
-	if set["model"] && s.model != "llama" {
-		return fmt.Errorf("--init-hf %s holds a Llama; --model %s cannot take its weights: use --model llama, or leave --model out", h.initDir, s.model)
+	l, ok := layout.Model().(models.Llama)
+	if !ok {
+		return fmt.Errorf("--init-hf %s holds %v: train starts from Llama-class checkpoints", h.initDir, layout.Model())
 	}
-	s.model = "llama"
+	// The --model of the folder's family: its model_type when a family of that name is registered
+	// (qwen2), else llama (a Mistral checkpoint is a Llama to train).
+	name, _ := layout.Config()["model_type"].(string)
+	if _, err := plan.Model(name); err != nil {
+		name = "llama"
+	}
+	if set["model"] && s.model != name {
+		return fmt.Errorf("--init-hf %s holds a %s model; --model %s cannot take its weights: use --model %s, or leave --model out", h.initDir, name, s.model, name)
+	}
+	s.model = name
 	if set["preset"] {
-		p, err := models.LlamaPreset(s.preset)
+		family, err := plan.Model(name)
 		if err != nil {
 			return err
 		}
-		if !p.SameModel(c) {
-			return fmt.Errorf("--preset %s is not the model of %s/config.json:\n  preset:      %s\n  config.json: %s\nleave --preset out: --init-hf takes the shape from config.json",
-				s.preset, h.initDir, models.Llama{Config: p}, models.Llama{Config: c})
+		run, err := family.Run(s.preset)
+		if err != nil {
+			return err
+		}
+		if p, ok := run.Model.(models.Llama); !ok || !p.Config.SameModel(l.Config) {
+			return fmt.Errorf("--preset %s is not the model of %s/config.json:\n  preset:      %v\n  config.json: %s\nleave --preset out: --init-hf takes the shape from config.json",
+				s.preset, h.initDir, run.Model, l)
 		}
 	}
-	h.config = c
-	s.base = func() (train.Config, error) { return plan.LlamaRun(c) }
+	s.base = func() (train.Config, error) { return plan.LlamaRun(l.Config) }
 	return nil
 }
 
-// check refuses --export-hf, before any training, for a model that is not a Llama, a folder that
-// cannot be written, one the run reads (--init-hf, --checkpoint), one that holds files onegpu did
-// not export (without --overwrite), and --init-hf files to copy that cannot be read.
+// check refuses --export-hf, before any training, for a model no Hugging Face family writes, a
+// folder that cannot be written, one the run reads (--init-hf, --checkpoint), one that holds files
+// onegpu did not export (without --overwrite), and --init-hf files to copy that cannot be read.
 func (h *hfRun) check(c train.Config) error {
 	if h.exportDir == "" {
 		return nil
 	}
-	if _, ok := c.Model.(models.Llama); !ok {
-		return fmt.Errorf("--export-hf writes a Llama as a Hugging Face checkpoint; the model is %v: use --model llama", c.Model)
+	if _, err := hf.Describe(c.Model); err != nil {
+		return fmt.Errorf("--export-hf: %w", err)
 	}
 	if h.checkpointDir != "" && sameFolder(h.exportDir, h.checkpointDir) {
 		return fmt.Errorf("--export-hf %s is the --checkpoint folder: export to another folder", h.exportDir)
@@ -120,7 +132,7 @@ func sameFolder(a, b string) bool {
 	return errA == nil && errB == nil && absA == absB
 }
 
-// load fills the trainer's context with --init-hf's weights, in the policy's parameter dtype,
+// load opens --init-hf into the trainer's context, in the policy's parameter dtype (hf.Open),
 // unless the run resumes from a checkpoint, whose weights it continues from.
 func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Writer) error {
 	if h.initDir == "" {
@@ -132,9 +144,13 @@ func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Wri
 		}
 		return nil
 	}
-	m := t.Config.Model.(models.Llama)
+	seq := 0
+	if lm, ok := t.Config.Model.(train.LanguageModel); ok {
+		seq, _ = lm.TokenShape()
+	}
 	err := t.SetWeights(func(ctx *context.Context) error {
-		return hf.LoadWeights(ctx, h.initDir, m.Config, t.Config.Policy.Param)
+		_, err := hf.Open(ctx, h.initDir, t.Config.Policy.Param, seq)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
@@ -145,8 +161,9 @@ func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Wri
 	return nil
 }
 
-// export writes the trained Llama to --export-hf: bfloat16 tensors when the parameters are
-// bfloat16, float32 otherwise; --init-hf's tokenizer and generation files come along.
+// export writes the trained model to --export-hf as its family does (hf.Export): bfloat16
+// tensors when the parameters are bfloat16, float32 otherwise; --init-hf's tokenizer and
+// generation files come along.
 func (h *hfRun) export(t *train.Trainer, progress io.Writer) error {
 	if h.exportDir == "" {
 		return nil
@@ -155,7 +172,7 @@ func (h *hfRun) export(t *train.Trainer, progress io.Writer) error {
 	if t.Config.Policy.Param == dtypes.BFloat16 {
 		opts.DType = dtypes.BFloat16
 	}
-	if err := hf.Export(t.Ctx, h.exportDir, t.Config.Model.(models.Llama).Config, opts); err != nil {
+	if err := hf.Export(t.Ctx, h.exportDir, t.Config.Model, opts); err != nil {
 		return h.flagError(err)
 	}
 	if progress != nil {
