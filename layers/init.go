@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -31,6 +32,27 @@ func NormalVariable(ctx *context.Context, name string, shape shapes.Shape, std f
 	path := strings.TrimSuffix(ctx.Scope(), context.ScopeSeparator) + context.ScopeSeparator + name
 	return ctx.WithInitializer(func(g *graph.Graph, s shapes.Shape) *graph.Node {
 		return ograph.RandomNormal(g, ograph.RandomKey(seedOf(ctx), path, s.Dimensions), s, std)
+	}).VariableWithShape(name, shape)
+}
+
+// UniformVariable is NormalVariable for a uniform distribution on [-bound, bound): the same
+// values on every backend, a function of the seed, the variable's path and shape. A value is
+// bound·(2u - 1) with u = (53 random bits)·2^-53, rounded once to the variable's dtype (through
+// float32 for a 16-bit one, rounded to nearest). It panics for a bound that is not positive and
+// finite.
+func UniformVariable(ctx *context.Context, name string, shape shapes.Shape, bound float64) *context.Variable {
+	if !(bound > 0) || math.IsInf(bound, 0) {
+		panic(fmt.Sprintf("layers.UniformVariable(%q): bound %g must be positive and finite", name, bound))
+	}
+	path := strings.TrimSuffix(ctx.Scope(), context.ScopeSeparator) + context.ScopeSeparator + name
+	return ctx.WithInitializer(func(g *graph.Graph, s shapes.Shape) *graph.Node {
+		bits := ograph.RandomBits(g, ograph.RandomKey(seedOf(ctx), path, s.Dimensions), s.Dimensions...)
+		u := graph.ConvertDType(graph.Div(bits, graph.Const(g, uint64(1)<<11)), dtypes.Float64) // exact: 53 bits
+		x := graph.MulScalar(graph.AddScalar(graph.MulScalar(u, math.Ldexp(2, -53)), -1), bound)
+		if s.DType != dtypes.Float64 {
+			x = graph.ConvertDType(x, dtypes.Float32)
+		}
+		return graph.ConvertDType(x, s.DType)
 	}).VariableWithShape(name, shape)
 }
 

@@ -26,9 +26,9 @@ const InitializerRange = 0.02
 // for remat policies.
 //
 // It is the one place onegpu's layers create a projection (the attention's q/k/v/o, the MLP's
-// gate/up/down, a Llama's lm_head), so that what a projection can be is decided here: a bias
-// today, adapters and quantized frozen weights read from the context later. The zero value is
-// nn.Linear(bias=False), the Llama's.
+// gate/up/down, a Llama's lm_head), so that what a projection can be is decided here: a bias, and
+// under a LoRA set on the context (SetLoRA) a frozen weight, adapters on the targeted projections
+// and their weights quantized (lora.go). The zero value is nn.Linear(bias=False), the Llama's.
 type Linear struct {
 	// Bias adds a learned bias [features] after the product: nn.Linear(bias=True), as Qwen2's
 	// q_proj, k_proj and v_proj have.
@@ -40,6 +40,9 @@ type Linear struct {
 func (l Linear) Apply(ctx *context.Context, x *graph.Node, features int) *graph.Node {
 	if x.Rank() < 1 || features < 1 {
 		panic(fmt.Sprintf("layers.Linear: cannot project %s to %d features", x.Shape(), features))
+	}
+	if LoRAOf(ctx).Active() {
+		return Note(ctx, "Linear", l.frozen(ctx, x, features))
 	}
 	p := l.Projection(ctx, x.Graph(), x.Shape().Dim(-1), features)
 	y := LinearWith(ctx, x, p.Weight)

@@ -134,3 +134,17 @@ func lookup(table []float32, codes *graph.Node) *graph.Node {
 	flat := graph.Reshape(graph.ConvertDType(codes, dtypes.Int32), codes.Shape().Size(), 1)
 	return graph.Reshape(graph.Gather(column, flat), codes.Shape().Dimensions...)
 }
+
+// After returns n with every part made to depend on dep, values unchanged (an exact zero computed
+// from dep added to each): a dequantization built from them can neither run before dep exists
+// nor be merged with the same dequantization built from other parts (XLA's common-subexpression
+// elimination). A backward pass that needs the weight again dequantizes After its cotangent, so
+// that the forward pass's copy is not kept until then.
+func (n Nodes) After(dep *graph.Node) Nodes {
+	zero := ograph.NegativeZeroFrom(dep) // -0.0: adds nothing to a float, 0 as an integer
+	parts := make([]*graph.Node, len(n.Parts))
+	for i, p := range n.Parts {
+		parts[i] = graph.Add(p, graph.ConvertDType(zero, p.DType()))
+	}
+	return Nodes{Layout: n.Layout, Parts: parts}
+}

@@ -1,0 +1,125 @@
+package layers
+
+import (
+	"fmt"
+
+	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/ml/context"
+	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
+
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/quant"
+)
+
+// QuantizedScope is the sub-scope of a projection that holds its quantized frozen weight's parts
+// (quant.Layout.Parts' names: codes, scales or scale_codes, scale_scales, scale_offset).
+const QuantizedScope = "quantized"
+
+// frozen is Linear.Apply under a LoRA: the weight (a float variable, or its quantized parts) and
+// the bias are frozen, the product rebuilds the weight in the backward pass instead of keeping it
+// (frozenProduct), and a targeted projection adds its adapters.
+func (l Linear) frozen(ctx *context.Context, x *graph.Node, features int) *graph.Node {
+	lora := LoRAOf(ctx)
+	g, in := x.Graph(), x.Shape().Dim(-1)
+	targeted := lora.Targeted(lastScope(ctx))
+	var weight func(dep *graph.Node) *graph.Node
+	if targeted && lora.Quantize.Format != "" {
+		parts := quantizedWeight(ctx, g, in, features, lora.Quantize)
+		compute := mixed.PolicyOf(ctx).Compute
+		weight = func(dep *graph.Node) *graph.Node { return parts.After(dep).Dequantize(compute) }
+	} else {
+		w := l.Projection(ctx, g, in, features).Weight
+		weight = func(dep *graph.Node) *graph.Node {
+			if w.DType() == mixed.PolicyOf(ctx).Compute {
+				return w // used as it is: nothing to keep or rebuild
+			}
+			return after(w, dep) // cast to the compute dtype where it is used
+		}
+	}
+	y := frozenProduct(ctx, x, weight)
+	if l.Bias {
+		bias := l.Projection(ctx, g, in, features).Bias
+		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(bias), y, ograph.NegativeZeroFrom(y)))
+	}
+	if targeted {
+		y = graph.Add(y, lora.delta(ctx, x, features))
+	}
+	return y
+}
+
+// frozenProduct is LinearWith(ctx, x, W) for a frozen weight W that weight(dep) builds after dep
+// exists (ordered by a data dependency: quant.Nodes.After, after): x for the forward product, the
+// cotangent v for the backward one, v·W, the gradient of x (the weight gets none). A weight that
+// is expanded for the product (dequantized, cast to the compute dtype) is then a temporary of the
+// forward product and again of the backward one: neither computed ahead of its layer (XLA hoists
+// what depends on variables only: all of a model's dequantized weights at the step's start) nor
+// kept from the forward pass to the backward one. The quantized base of QLoRA stays quantized.
+func frozenProduct(ctx *context.Context, x *graph.Node, weight func(dep *graph.Node) *graph.Node) *graph.Node {
+	value := LinearWith(ctx, graph.StopGradient(x), weight(x))
+	return withGradients("frozen projection", []*graph.Node{x}, value, func(_, v *graph.Node) []*graph.Node {
+		w := mixed.PolicyOf(ctx).CastToCompute(weight(v))
+		return []*graph.Node{graph.DotGeneral(v, []int{v.Rank() - 1}, nil, w, []int{0}, nil)}
+	})
+}
+
+// quantizedWeight returns the quantized weight [features, in] of the projection in scope ctx,
+// creating its part variables (not trainable, zeros until QuantizeWeights fills them) when they
+// do not exist.
+func quantizedWeight(ctx *context.Context, g *graph.Graph, in, features int, c quant.Config) quant.Nodes {
+	layout, err := quant.NewLayout(c, features, in)
+	if err != nil {
+		panic(fmt.Sprintf("layers.Linear(%s): %v", ctx.Scope(), err))
+	}
+	scope := ctx.In(QuantizedScope).WithInitializer(initializers.Zero)
+	var parts []*graph.Node
+	for _, p := range layout.Parts() {
+		parts = append(parts, scope.VariableWithShape(p.Name, p.Shape).SetTrainable(false).ValueGraph(g))
+	}
+	return quant.NewNodes(layout, parts...)
+}
+
+// QuantizeWeights replaces the float weight of every projection l targets in ctx with its
+// quantized parts (l.Quantize's code, quantized on the host from the weight's values), deleting
+// the float variable: what a QLoRA run does once, after the base model is loaded or initialized
+// and before its step is built. It returns the number of weights quantized; a targeted weight
+// without a value is an error.
+func QuantizeWeights(ctx *context.Context, l LoRA) (int, error) {
+	if l.Quantize.Format == "" {
+		return 0, nil
+	}
+	var weights []*context.Variable
+	for v := range ctx.IterVariables() {
+		scope := ctx.InAbsPath(v.Scope())
+		if v.Name() == "weight" && l.Targeted(lastScope(scope)) && v.Shape().Rank() == 2 {
+			weights = append(weights, v)
+		}
+	}
+	for _, v := range weights {
+		value, err := v.Value()
+		if err != nil {
+			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
+		}
+		q, err := quant.QuantizeTensor(l.Quantize, value)
+		if err != nil {
+			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
+		}
+		scope := ctx.InAbsPath(v.Scope()).In(QuantizedScope).Checked(false)
+		for i, p := range q.Parts() {
+			value := q.Tensors()[i]
+			part := scope.InspectVariableInScope(p.Name)
+			if part == nil {
+				part = scope.VariableWithValue(p.Name, value)
+			} else if !part.Shape().Equal(p.Shape) {
+				return 0, fmt.Errorf("quantizing %s: its %s part exists as %s, want %s", v.ScopeAndName(), p.Name, part.Shape(), p.Shape)
+			} else if err := part.SetValue(value); err != nil {
+				return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
+			}
+			part.SetTrainable(false)
+		}
+		if err := ctx.DeleteVariable(v.Scope(), v.Name()); err != nil {
+			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
+		}
+	}
+	return len(weights), nil
+}
