@@ -3,7 +3,11 @@ package tokenizer
 import "strings"
 
 // piece is a stretch of text on its way to the model. first says whether it starts where the
-// input starts, which Metaspace's prepend_scheme "first" looks at.
+// input starts, which Metaspace's prepend_scheme "first" looks at (the reference asks whether the
+// piece's offset in the original text is 0). A piece cut from a normalized one counts as first
+// when it starts at the normalized piece's start; the reference would also count one that starts
+// after characters a normalizer inserted at the very start (no published tokenizer pairs such a
+// normalizer with a splitter before Metaspace).
 type piece struct {
 	text  string
 	first bool
@@ -146,6 +150,9 @@ func applyBehavior(spans []span, b behavior) []span {
 type prefixSpace struct{}
 
 func (prefixSpace) split(p piece, emit func(piece)) {
+	if p.text == "" { // nothing to prepend to, and the reference drops empty pieces
+		return
+	}
 	if !strings.HasPrefix(p.text, " ") {
 		p.text = " " + p.text
 	}
@@ -169,6 +176,9 @@ type metaspace struct {
 }
 
 func (m metaspace) split(p piece, emit func(piece)) {
+	if p.text == "" { // nothing to prepend to, and the reference drops empty pieces
+		return
+	}
 	text := strings.ReplaceAll(p.text, " ", m.replacement)
 	if !strings.HasPrefix(text, m.replacement) &&
 		(m.scheme == prependAlways || m.scheme == prependFirst && p.first) {

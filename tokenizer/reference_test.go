@@ -15,10 +15,10 @@ import (
 )
 
 // The fixtures reference/tokenizer/make_fixture.py makes with the Python tokenizers package (the
-// Rust library): five tokenizer.json files in the exact settings of Llama 3, Qwen2, Llama 2
-// (legacy and transformers 5's Metaspace) and a splitting Metaspace, and the reference's ids and
-// decodes of every case of the corpus.
-var variants = []string{"llama3", "qwen2", "llama2", "llama2_metaspace", "metaspace_split"}
+// Rust library): six tokenizer.json files in the exact settings of Llama 3, Qwen2, Llama 2
+// (legacy and transformers 5's Metaspace), a splitting Metaspace and GPT-2's ByteLevel (with a
+// prefix space), and the reference's ids and decodes of every case of the corpus.
+var variants = []string{"llama3", "qwen2", "llama2", "llama2_metaspace", "metaspace_split", "gpt2"}
 
 // referenceCases returns the cases the fixture script encodes: every line of corpus.txt and
 // stress.txt, then every run of 8 of their lines joined by "\n". They are raw bytes: some are not
@@ -263,5 +263,112 @@ func TestLegacyMergesFormat(t *testing.T) {
 	}
 	if !bytes.Contains(rewritten, []byte(`"Ġ t"`)) && !bytes.Contains(rewritten, []byte(`" `)) {
 		t.Fatal("the rewrite did not write string merges")
+	}
+}
+
+// readGzipLines returns the lines of a gzipped testdata file.
+func readGzipLines(t testing.TB, name string) [][]byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines [][]byte
+	sc := bufio.NewScanner(z)
+	sc.Buffer(nil, 1<<26)
+	for sc.Scan() {
+		lines = append(lines, bytes.Clone(sc.Bytes()))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// TestPreTokenizersMatchReference: Split with a String pattern in every behavior, with and
+// without invert, known regexes through the generic path, Metaspace in every scheme with and
+// without split, ByteLevel with a prefix space, and Sequences (Metaspace's "first" after a split)
+// cut every seventh case as the reference does.
+func TestPreTokenizersMatchReference(t *testing.T) {
+	cases := referenceCases(t)
+	for i, line := range readGzipLines(t, "pretokenize/configs.jsonl.gz") {
+		var c struct {
+			PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+			Pieces       [][]string      `json:"pieces"`
+		}
+		if err := json.Unmarshal(line, &c); err != nil {
+			t.Fatal(err)
+		}
+		chain, byteLevel, err := parsePreTokenizer(c.PreTokenizer, "pre_tokenizer")
+		if err != nil {
+			t.Fatalf("config %d %s: %v", i, c.PreTokenizer, err)
+		}
+		bad := 0
+		for k, want := range c.Pieces {
+			text := validUTF8(cases[k*7])
+			var got []string
+			var run func(p piece, level int)
+			run = func(p piece, level int) {
+				if level == len(chain) {
+					if byteLevel {
+						p.text = byteLevelString(p.text)
+					}
+					got = append(got, p.text)
+					return
+				}
+				chain[level].split(p, func(q piece) { run(q, level+1) })
+			}
+			run(piece{text, true}, 0)
+			if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+				if bad++; bad <= 3 {
+					t.Errorf("%s on case %d %q:\n got %q\nwant %q", c.PreTokenizer, k*7, text, got, want)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d cases differ", c.PreTokenizer, bad, len(c.Pieces))
+		}
+	}
+}
+
+// TestDecodersMatchReference: Strip, Metaspace (never, first), Replace, ByteFallback (also
+// "<0x+F>", which Rust's number parser takes), Fuse, ByteLevel and a Sequence turn random token
+// lists into the reference's text (lists on which the reference panics are left out).
+func TestDecodersMatchReference(t *testing.T) {
+	lines := readGzipLines(t, "decoders.jsonl.gz")
+	var lists struct {
+		Tokens [][]string `json:"tokens"`
+	}
+	if err := json.Unmarshal(lines[0], &lists); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range lines[1:] {
+		var c struct {
+			Decoder json.RawMessage `json:"decoder"`
+			Texts   []*string       `json:"texts"`
+		}
+		if err := json.Unmarshal(line, &c); err != nil {
+			t.Fatal(err)
+		}
+		d, err := parseDecoder(c.Decoder, "decoder")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for k, want := range c.Texts {
+			if want == nil {
+				continue
+			}
+			checked++
+			if got := strings.Join(d.decode(lists.Tokens[k]), ""); got != *want {
+				t.Errorf("%s on %q: %q, want %q", c.Decoder, lists.Tokens[k], got, *want)
+			}
+		}
+		t.Logf("%s: %d token lists", c.Decoder, checked)
 	}
 }

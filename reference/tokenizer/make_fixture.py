@@ -21,6 +21,9 @@ What it writes (the Go tests read them; CI needs no Python):
                             {"decode": ids} lines with random ids (some out of range) and their decodes
   pretokenize/NAME.txt      for the Llama 3, Qwen2 and GPT-2 split patterns, each case's pieces as UTF-8
                             byte lengths (one line a case)
+  pretokenize/configs.jsonl.gz  more pre-tokenizers (pretokenizer_configs()), each with its pieces of every
+                            seventh case
+  decoders.jsonl.gz         random token lists, then each of more decoders (decoder_configs()) with its texts
   llama3/tokenizer_config.json, generation_config.json: BOS and EOS as a Hugging Face folder names them
   manifest.json             versions, the training text's size and sha256, vocabulary sizes
   ../unicode_tables.go      the reference's character classes, probed code point by code point: \\s, \\p{L}
@@ -152,7 +155,61 @@ def variants(byte_ids, sp_ids):
                                 post_processor=template("<s>", "</s>", ids=sp_ids),
                                 decoder={"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
                                          "split": True}),
+        # GPT-2 / RoBERTa: the ByteLevel pre-tokenizer's own regex, here with add_prefix_space.
+        "gpt2": dict(base="byte", ignore_merges=False, normalizer=None, pre_tokenizer=byte_level(True, True, True),
+                     post_processor=byte_level(True, True, True), decoder=byte_level(True, True, True)),
     }
+
+
+PIECES_STRIDE = 7  # pretokenize/configs.jsonl.gz holds every 7th case
+
+
+def pretokenizer_configs():
+    """Pre-tokenizers the variants do not use as such, each checked alone on the cases: every Split
+    behavior with and without invert (a String pattern, and a known regex), every Metaspace scheme,
+    ByteLevel with a prefix space, and a Sequence where Metaspace's "first" sees split pieces."""
+    P = pre_tokenizers
+    out = []
+    for behavior in ["removed", "isolated", "merged_with_previous", "merged_with_next", "contiguous"]:
+        for invert in [False, True]:
+            out.append(P.Split(" ", behavior, invert=invert))
+    # A known regex matches everywhere: the generic path, not the fast one, with two behaviors.
+    out.append(P.Split(Regex(LLAMA3), "merged_with_next", invert=True))
+    out.append(P.Split(Regex(GPT2), "contiguous", invert=False))
+    for scheme in ["always", "first", "never"]:
+        for split in [True, False]:
+            out.append(P.Metaspace(replacement="▁", prepend_scheme=scheme, split=split))
+    out.append(P.ByteLevel(add_prefix_space=True, use_regex=True))
+    out.append(P.ByteLevel(add_prefix_space=True, use_regex=False))
+    out.append(P.Sequence([P.Split("-", "isolated"), P.Metaspace(replacement="▁", prepend_scheme="first", split=True)]))
+    out.append(P.Sequence([P.Split(Regex(QWEN2), "isolated"), P.ByteLevel(add_prefix_space=False, use_regex=False)]))
+    return out
+
+
+def decoder_configs():
+    """Decoders the variants do not use as such, each checked alone on token lists."""
+    D = decoders
+    return [D.Strip(content=" ", left=2, right=2), D.Strip(content="▁", left=1, right=0),
+            D.Metaspace(replacement="▁", prepend_scheme="never"), D.Metaspace(replacement="▁", prepend_scheme="first"),
+            D.Replace("▁", " "), D.Replace("ab", "X"), D.ByteFallback(), D.Fuse(), D.ByteLevel(),
+            D.Sequence([D.ByteFallback(), D.Metaspace(replacement="▁", prepend_scheme="always"), D.Strip(" ", 1, 1)])]
+
+
+def decoded_or_none(dec, tokens):
+    """The decoder's text, or None where the reference panics (Strip on a token of fewer characters than
+    it strips: Rust slices out of range)."""
+    try:
+        return dec.decode(tokens)
+    except BaseException as e:  # pyo3's PanicException derives from BaseException
+        if type(e).__name__ != "PanicException":
+            raise
+        return None
+
+
+def component_json(key, obj):
+    tok = Tokenizer(models.BPE())
+    setattr(tok, key, obj)
+    return json.loads(tok.to_str())[key]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -485,6 +542,21 @@ def make(out):
                 pieces = [len(p.encode()) for p, _ in sp.pre_tokenize_str(text)]
                 assert sum(pieces) == len(text.encode())
                 f.write(" ".join(map(str, pieces)) + "\n")
+    with gzip.GzipFile(os.path.join(out, "pretokenize", "configs.jsonl.gz"), "wb", mtime=0) as f:
+        for pre in pretokenizer_configs():
+            pieces = [[p for p, _ in pre.pre_tokenize_str(t)] for t in texts[::PIECES_STRIDE]]
+            f.write((json.dumps({"pre_tokenizer": component_json("pre_tokenizer", pre), "pieces": pieces},
+                                ensure_ascii=False) + "\n").encode())
+    rng = random.Random("decoders")
+    pool = [t for t in sp_vocab] + [t for t in byte_vocab] + [" ", "  ", "▁", "▁▁", "a▁b", "ab", "abab", "<0x20>",
+                                                            "<0xE4>", "<0xB8>", "<0xAD>", "<0x+F>", "<0xZZ>", ""]
+    token_lists = [[rng.choice(pool) for _ in range(rng.randint(0, 8))] for _ in range(400)]
+    with gzip.GzipFile(os.path.join(out, "decoders.jsonl.gz"), "wb", mtime=0) as f:
+        f.write((json.dumps({"tokens": token_lists}, ensure_ascii=False) + "\n").encode())
+        for dec in decoder_configs():
+            f.write((json.dumps({"decoder": component_json("decoder", dec),
+                                 "texts": [decoded_or_none(dec, ts) for ts in token_lists]},
+                                ensure_ascii=False) + "\n").encode())
     manifest["classes"] = write_tables(os.path.join(out, "..", "unicode_tables.go"))
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -505,7 +577,7 @@ def bench(out):
         opticks = f.read().decode().split("\n")
     binary = os.path.join(out, "..", "tokenizer.test.bench")
     subprocess.run(["go", "test", "-c", "-o", binary, "."], cwd=os.path.join(out, ".."), check=True)
-    names = ["llama3", "qwen2", "llama2", "llama2_metaspace", "metaspace_split"]
+    names = ["llama3", "qwen2", "llama2", "llama2_metaspace", "metaspace_split", "gpt2"]
     best = {}
     try:
         for _ in range(3):
