@@ -5,7 +5,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/onegpu/onegpu/layers"
 )
@@ -142,18 +141,9 @@ func llama70B(name string) LlamaConfig {
 // LlamaPreset returns the named Llama preset, or an error listing the presets. The returned config
 // shares no memory with the table.
 func LlamaPreset(name string) (LlamaConfig, error) {
-	c, ok := LlamaPresets[name]
-	if !ok {
-		return LlamaConfig{}, fmt.Errorf("unknown Llama preset %q: the presets are %s", name, strings.Join(LlamaPresetNames(), ", "))
-	}
-	if c.RopeScaling != nil {
-		scaling := *c.RopeScaling
-		c.RopeScaling = &scaling
-	}
-	return c, nil
+	f, _ := LlamaFamilyOf("llama")
+	return f.Preset(name)
 }
 
 // LlamaPresetNames lists the Llama presets, sorted.
-func LlamaPresetNames() []string {
-	return slices.Sorted(maps.Keys(LlamaPresets))
-}
+func LlamaPresetNames() []string { return slices.Sorted(maps.Keys(LlamaPresets)) }

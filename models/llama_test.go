@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,30 +26,41 @@ import (
 	"github.com/onegpu/onegpu/remat"
 )
 
-// TestLlamaPresetParameterCounts: the published presets count exactly the published parameters,
-// both by the config's formula and by the variables the model creates (shapes only: nothing is
-// allocated, which is what lets an 8B model be counted on a small machine); and so does the tiny
-// preset with q/k/v biases.
+// TestLlamaPresetParameterCounts: the published presets of every Llama family count exactly the
+// published parameters (the Llama's listed here, and each preset's as its description states it,
+// "(N parameters)", taken from the model card), both by the config's formula and by the variables
+// the model creates (shapes only: nothing is allocated, which is what lets an 8B model be counted
+// on a small machine); and so does the tiny preset with q/k/v biases.
 func TestLlamaPresetParameterCounts(t *testing.T) {
-	for name, want := range map[string]int64{
+	published := map[string]int64{
 		"tinyllama-1.1b": 1_100_048_384,
 		"llama-3.2-1b":   1_235_814_400,
 		"llama-3.1-8b":   8_030_261_248,
 		"llama-3.1-70b":  70_553_706_496,
 		"llama-3.3-70b":  70_553_706_496,
-		"tiny":           0, // no published count: the formula must match the variables
-	} {
-		config, err := models.LlamaPreset(name)
-		if err != nil {
-			t.Fatal(err)
+	}
+	described := regexp.MustCompile(`\(([0-9,]+) parameters\)`)
+	for _, key := range models.LlamaFamilyNames() {
+		f, _ := models.LlamaFamilyOf(key)
+		for _, name := range f.PresetNames() {
+			config, err := f.Preset(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := config.Validate(); err != nil {
+				t.Errorf("%s %s: %v", key, name, err)
+			}
+			if m := described.FindStringSubmatch(config.Description); m != nil {
+				want, _ := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
+				if config.Params() != want {
+					t.Errorf("%s %s: LlamaConfig.Params() = %d, its description says %d", key, name, config.Params(), want)
+				}
+			}
+			if want := published[name]; key == "llama" && want != 0 && config.Params() != want {
+				t.Errorf("%s: LlamaConfig.Params() = %d, want %d", name, config.Params(), want)
+			}
+			checkParamCount(t, key+" "+name, config)
 		}
-		if err := config.Validate(); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		if want != 0 && config.Params() != want {
-			t.Errorf("%s: LlamaConfig.Params() = %d, want %d", name, config.Params(), want)
-		}
-		checkParamCount(t, name, config)
 	}
 	biased, _ := models.LlamaPreset("tiny")
 	biased.QKVBias = true
@@ -366,4 +379,25 @@ func TestLlamaMicroBatchesOnXLA(t *testing.T) {
 	if ratio > 0.5 {
 		t.Errorf("4 micro-batches keep %.2fx the temporaries of one batch, want at most 0.5x: XLA shares buffers across the unrolled micro-batches?", ratio)
 	}
+}
+
+// TestLlamaFamilies: each registered family's presets are named by String with the family's name
+// and the preset ("Llama tiny (...", "Qwen2 qwen2.5-0.5b (..."), an unknown preset is an error
+// listing the family's, and a family key is registered once.
+func TestLlamaFamilies(t *testing.T) {
+	for _, key := range models.LlamaFamilyNames() {
+		f, _ := models.LlamaFamilyOf(key)
+		for _, name := range f.PresetNames() {
+			c, _ := f.Preset(name)
+			if s := (models.Llama{Config: c}).String(); !strings.HasPrefix(s, f.Name+" ") || !strings.Contains(s, " "+name+" ") {
+				t.Errorf("%s %s: String() = %q", key, name, s)
+			}
+		}
+		if _, err := f.Preset("no-such"); err == nil || !strings.Contains(err.Error(), `unknown `+f.Name+` preset "no-such": the presets are `) {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+	testkit.MustPanic(t, "empty or taken", func() {
+		models.RegisterLlamaFamily("llama", models.LlamaFamily{Name: "Again", Presets: models.LlamaPresets})
+	})
 }

@@ -73,17 +73,12 @@ func (m Llama) ValidateBatch(batch, microBatch int) error {
 	})
 }
 
-// String names the Llama's sizes, and its preset when it is one: what a checkpoint records.
+// String names the Llama's sizes, and its family and preset when it is one (LlamaFamily): what a
+// checkpoint records.
 func (m Llama) String() string {
 	c := m.Config
-	name := "Llama"
-	for _, preset := range LlamaPresetNames() {
-		if p := LlamaPresets[preset]; sameLlamaShape(p, c) {
-			name += " " + preset
-		}
-	}
 	s := fmt.Sprintf("%s (%d layers × %d, %d heads of %d with %d key/value heads, MLP %d, sequence %d, vocabulary %d, rope θ %g",
-		name, c.Layers, c.Hidden, c.Heads, c.HeadDim, c.KVHeads, c.Intermediate, c.SeqLen, c.Vocab, c.RopeTheta)
+		llamaName(c), c.Layers, c.Hidden, c.Heads, c.HeadDim, c.KVHeads, c.Intermediate, c.SeqLen, c.Vocab, c.RopeTheta)
 	if c.RopeScaling != nil {
 		r := c.RopeScaling
 		s += fmt.Sprintf(" scaled ×%g (low %g, high %g, original %d)", r.Factor, r.LowFreqFactor, r.HighFreqFactor, r.OriginalMaxPositions)

@@ -5,32 +5,57 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/models"
 )
 
-// TestMemoryLlamaPresetsExact: `memory --model llama --preset P --json` reports the published
-// parameter counts, building the step without allocating its weights (one sequence, one
-// micro-batch: the count does not depend on them; an 8B model's float32 weights alone would not
-// fit this machine).
+// TestMemoryLlamaPresetsExact: `memory --model F --preset P --json` reports the published
+// parameter counts of every Llama family's presets (the Llama's listed here, and each preset's as
+// its description states it, "(N parameters)"), building the step without allocating its weights
+// (one sequence, one micro-batch: the count does not depend on them; an 8B model's float32
+// weights alone would not fit this machine).
 func TestMemoryLlamaPresetsExact(t *testing.T) {
 	t.Setenv(ograph.EnvBackend, "")
 	t.Setenv(ograph.EnvPlugin, "")
-	for preset, want := range map[string]float64{"tinyllama-1.1b": 1100048384, "llama-3.2-1b": 1235814400, "llama-3.1-8b": 8030261248,
-		"llama-3.1-70b": 70553706496, "llama-3.3-70b": 70553706496} {
-		var out bytes.Buffer
-		if err := runMemory([]string{"--model", "llama", "--preset", preset, "--batch", "1", "--microbatches", "1", "--json"}, &out); err != nil {
-			t.Fatal(err)
+	published := map[string]float64{"tinyllama-1.1b": 1100048384, "llama-3.2-1b": 1235814400, "llama-3.1-8b": 8030261248,
+		"llama-3.1-70b": 70553706496, "llama-3.3-70b": 70553706496}
+	described := regexp.MustCompile(`\(([0-9,]+) parameters\)`)
+	n := 0
+	for _, key := range models.LlamaFamilyNames() {
+		f, _ := models.LlamaFamilyOf(key)
+		for _, preset := range f.PresetNames() {
+			want, ok := published[preset]
+			if m := described.FindStringSubmatch(f.Presets[preset].Description); m != nil {
+				count, _ := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
+				if ok && count != want {
+					t.Errorf("%s: the description says %.0f parameters, the published count is %.0f", preset, count, want)
+				}
+				want, ok = count, true
+			}
+			if !ok {
+				continue
+			}
+			n++
+			var out bytes.Buffer
+			if err := runMemory([]string{"--model", key, "--preset", preset, "--batch", "1", "--microbatches", "1", "--json"}, &out); err != nil {
+				t.Fatal(err)
+			}
+			var r map[string]any
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+				t.Fatalf("not JSON: %v", err)
+			}
+			if got := r["params"].(float64); got != want {
+				t.Errorf("%s %s: params %.0f, want %.0f", key, preset, got, want)
+			}
 		}
-		var r map[string]any
-		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-			t.Fatalf("not JSON: %v", err)
-		}
-		if got := r["params"].(float64); got != want {
-			t.Errorf("%s: params %.0f, want %.0f", preset, got, want)
-		}
+	}
+	if n < len(published) {
+		t.Errorf("%d presets checked, fewer than the %d published Llama counts", n, len(published))
 	}
 }
 
