@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // Result is what Gradients computes for a whole batch. Every node is float32 (float64 where the
@@ -156,12 +158,13 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 	return r
 }
 
-// TrainableVariables lists the trainable variables g uses, in context order: the order of
+// TrainableVariables lists the trainable variables g uses (graph.VariableRole's trainable weights:
+// not frozen weights, not optimizer state), in context order: the order of
 // context.BuildTrainableVariablesGradientsGraph and of optimizers' UpdateGraphWithGradients.
 func TrainableVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 	var vars []*context.Variable
 	for v := range ctx.IterVariables() {
-		if v.Trainable && v.InUseByGraph(g) {
+		if ograph.VariableRole(ctx, v) == ograph.RoleTrainable && v.InUseByGraph(g) {
 			vars = append(vars, v)
 		}
 	}

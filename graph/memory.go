@@ -15,6 +15,9 @@ type Kind int
 const (
 	// Parameters: trainable variables, their casts (e.g. bfloat16 copies) and their updated values.
 	Parameters Kind = iota
+	// FrozenWeights: frozen weights (FreezeVariable: an adapter's base, quantized codes) and what
+	// is computed from them alone (casts, dequantized copies).
+	FrozenWeights
 	// OptimizerState: other variables (Adam moments, step counters, loss scales) and values
 	// computed from them.
 	OptimizerState
@@ -29,13 +32,15 @@ const (
 	numKinds
 )
 
-var kindNames = [numKinds]string{"parameters", "optimizer_state", "gradients", "activations", "other"}
+var kindNames = [numKinds]string{"parameters", "frozen_weights", "optimizer_state", "gradients", "activations", "other"}
 
 // String returns the kind's name as used in JSON output ("optimizer_state", ...).
 func (k Kind) String() string { return kindNames[k] }
 
 // Kinds lists all kinds in display order.
-func Kinds() []Kind { return []Kind{Parameters, OptimizerState, Gradients, Activations, Other} }
+func Kinds() []Kind {
+	return []Kind{Parameters, FrozenWeights, OptimizerState, Gradients, Activations, Other}
+}
 
 // Tensor describes one buffer alive at the peak.
 type Tensor struct {
@@ -384,6 +389,7 @@ func classify(p *Program, needed []bool) []Kind {
 	dependsOnData := make([]bool, len(nodes))
 	dependsOnState := make([]bool, len(nodes))
 	dependsOnWeights := make([]bool, len(nodes))
+	dependsOnFrozen := make([]bool, len(nodes))
 	forward := make([]bool, len(nodes))
 	if p.Loss != nil {
 		for id, isAncestor := range neededNodes(p.Graph, []*graph.Node{p.Loss}) {
@@ -406,6 +412,8 @@ func classify(p *Program, needed []bool) []Kind {
 			switch {
 			case p.Trainable[id]:
 				kinds[id], dependsOnWeights[id] = Parameters, true
+			case p.Frozen[id]:
+				kinds[id], dependsOnFrozen[id] = FrozenWeights, true
 			case p.State[id] && !n.DType().IsFloat():
 				// Integer state is a random-number generator's or a counter: what it feeds (dropout
 				// masks) is per-batch, like the data.
@@ -426,6 +434,7 @@ func classify(p *Program, needed []bool) []Kind {
 			dependsOnData[id] = dependsOnData[id] || dependsOnData[in.Id()]
 			dependsOnState[id] = dependsOnState[id] || dependsOnState[in.Id()]
 			dependsOnWeights[id] = dependsOnWeights[id] || dependsOnWeights[in.Id()]
+			dependsOnFrozen[id] = dependsOnFrozen[id] || dependsOnFrozen[in.Id()]
 		}
 		weightShaped := weightShapes[dimsKey(n.Shape())]
 		switch {
@@ -437,6 +446,8 @@ func classify(p *Program, needed []bool) []Kind {
 			kinds[id] = OptimizerState
 		case !dependsOnData[id] && dependsOnWeights[id]:
 			kinds[id] = Parameters // casts and copies of the weights
+		case !dependsOnData[id] && dependsOnFrozen[id]:
+			kinds[id] = FrozenWeights // casts and dequantized copies of the frozen weights
 		case p.Loss != nil && !forward[id] && dependsOnState[id]:
 			kinds[id] = OptimizerState // the update: moments and their temporaries
 		case p.Loss != nil && weightShaped && dependsOnData[id]:

@@ -23,9 +23,10 @@ type Program struct {
 	// Donated are parameters whose buffers the executable owns (GoMLX donates the variables a
 	// step updates): they are released after their last use and may be overwritten in place.
 	Donated map[graph.NodeId]bool
-	// Trainable and State mark parameters holding trainable variables and other variables
-	// (optimizer moments, step counters, loss scales). Other parameters are data inputs.
-	Trainable, State map[graph.NodeId]bool
+	// Trainable, Frozen and State mark parameters holding trainable weights, frozen weights and
+	// other variables (optimizer moments, step counters, loss scales), as VariableRole tells them
+	// apart. Other parameters are data inputs.
+	Trainable, Frozen, State map[graph.NodeId]bool
 	// NewParams marks outputs that are the updated values of trainable variables.
 	NewParams map[graph.NodeId]bool
 	// Aliases pair each donated parameter with the output holding its new value, declared to XLA
@@ -37,7 +38,7 @@ type Program struct {
 // parameter a data input.
 func NewProgram(g *graph.Graph, outputs ...*graph.Node) *Program {
 	return &Program{Graph: g, Outputs: outputs, Donated: map[graph.NodeId]bool{}, Trainable: map[graph.NodeId]bool{},
-		State: map[graph.NodeId]bool{}, NewParams: map[graph.NodeId]bool{}}
+		Frozen: map[graph.NodeId]bool{}, State: map[graph.NodeId]bool{}, NewParams: map[graph.NodeId]bool{}}
 }
 
 // ContextProgram builds fn the way GoMLX's context.Exec runs it — fn's outputs followed by the new
@@ -81,9 +82,12 @@ func ContextProgramOn(g *graph.Graph, ctx *context.Context, inputs func(g *graph
 			if param == nil {
 				continue
 			}
-			if v.Trainable {
+			switch VariableRole(ctx, v) {
+			case RoleTrainable:
 				p.Trainable[param.Id()] = true
-			} else {
+			case RoleFrozen:
+				p.Frozen[param.Id()] = true
+			default:
 				p.State[param.Id()] = true
 			}
 			if v.ChangedInGraph(g) {

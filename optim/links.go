@@ -9,6 +9,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	gomlxtrain "github.com/gomlx/gomlx/pkg/ml/train"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // GradientsOptimizer is an optimizer that applies gradients computed elsewhere, as GoMLX's Adam,
@@ -46,13 +48,14 @@ func startUpdate(ctx *context.Context, grads []*graph.Node, name, scope string, 
 	return g, learningRate, count
 }
 
-// eachTrainable calls update with every trainable variable g uses, in context order, and its
-// gradient from grads (one per variable, as ctx.BuildTrainableVariablesGradientsGraph returns
-// them); name names the optimizer when the counts differ.
+// eachTrainable calls update with every trainable variable g uses (graph.VariableRole's trainable
+// weights: frozen weights are left as they are), in context order, and its gradient from grads
+// (one per variable, as ctx.BuildTrainableVariablesGradientsGraph returns them); name names the
+// optimizer when the counts differ.
 func eachTrainable(ctx *context.Context, g *graph.Graph, grads []*graph.Node, name string, update func(v *context.Variable, grad *graph.Node)) {
 	i := 0
 	for v := range ctx.IterVariables() {
-		if !v.Trainable || !v.InUseByGraph(g) {
+		if ograph.VariableRole(ctx, v) != ograph.RoleTrainable || !v.InUseByGraph(g) {
 			continue
 		}
 		if i >= len(grads) {

@@ -13,7 +13,10 @@ import (
 // StateBytes is the training state by kind, in bytes: either the whole of it or what one device
 // holds.
 type StateBytes struct {
+	// Params are the trainable weights; FrozenWeights the weights training does not change
+	// (graph.FreezeVariable), never sharded.
 	Params         int64 `json:"params"`
+	FrozenWeights  int64 `json:"frozen_weights,omitempty"`
 	OptimizerState int64 `json:"optimizer_state"`
 	// Other is the rest of the state: step counters, loss scale, learning rate, random state.
 	Other int64 `json:"other"`
@@ -78,7 +81,7 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 	}
 	for v := range ctx.IterVariables() {
 		if v.InUseByGraph(g) && v.ChangedInGraph(g) {
-			specs = append(specs, l.spec(v))
+			specs = append(specs, l.spec(ctx, v))
 		}
 	}
 	if !d.Distributed() {
@@ -99,12 +102,15 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 			continue
 		}
 		whole := int64(v.Shape().Memory())
-		shard := int64(l.spec(v).ShardShape(v.Shape()).Memory())
-		switch {
-		case v.Trainable:
+		shard := int64(l.spec(ctx, v).ShardShape(v.Shape()).Memory())
+		switch ograph.VariableRole(ctx, v) {
+		case ograph.RoleTrainable:
 			dp.Total.Params += whole
 			dp.PerDevice.Params += shard
-		case isOptimizerState(v):
+		case ograph.RoleFrozen:
+			dp.Total.FrozenWeights += whole
+			dp.PerDevice.FrozenWeights += shard
+		case ograph.RoleOptimizerState:
 			dp.Total.OptimizerState += whole
 			dp.PerDevice.OptimizerState += shard
 		default:

@@ -112,28 +112,23 @@ func (l *layout) inputSpec() *distributed.ShardingSpec {
 	return l.batch
 }
 
-// isOptimizerState tells the optimizer's per-parameter state (Adam's moments) from the other
-// non-trainable variables: step counters and loss scales are scalars, the random state is GoMLX's
-// own.
-func isOptimizerState(v *context.Variable) bool {
-	return !v.Trainable && v.Shape().Rank() > 0 && v.Name() != context.RNGStateVariableName
-}
-
-// sharded reports whether the layout splits v across the devices rather than copying it.
-func (l *layout) sharded(v *context.Variable) bool {
-	switch l.shard {
+// sharded reports whether the layout splits v, a variable of ctx, across the devices rather than
+// copying it: trainable weights under ShardParams, the optimizer's state under either sharding
+// (graph.VariableRole). Frozen weights, counters and the random state are copied whole.
+func (l *layout) sharded(ctx *context.Context, v *context.Variable) bool {
+	switch role := ograph.VariableRole(ctx, v); l.shard {
 	case ShardParams:
-		return v.Trainable || isOptimizerState(v)
+		return role == ograph.RoleTrainable || role == ograph.RoleOptimizerState
 	case ShardOptimizer:
-		return isOptimizerState(v)
+		return role == ograph.RoleOptimizerState
 	}
 	return false
 }
 
 // spec returns v's sharding: split along its first axis that divides evenly across the devices
 // when the layout shards it, replicated otherwise (and for tensors no axis of which divides).
-func (l *layout) spec(v *context.Variable) *distributed.ShardingSpec {
-	if !l.sharded(v) {
+func (l *layout) spec(ctx *context.Context, v *context.Variable) *distributed.ShardingSpec {
+	if !l.sharded(ctx, v) {
 		return l.replicated
 	}
 	return l.specFor(v.Shape())
@@ -168,7 +163,7 @@ func (l *layout) specFor(s shapes.Shape) *distributed.ShardingSpec {
 // split into shards (a variable loaded from a checkpoint holds its whole value until then).
 func (l *layout) assign(ctx *context.Context) error {
 	for v := range ctx.IterVariables() {
-		if err := v.SetShardingSpec(l.spec(v)); err != nil {
+		if err := v.SetShardingSpec(l.spec(ctx, v)); err != nil {
 			return err
 		}
 	}
@@ -196,7 +191,7 @@ func (l *layout) outputSpecs(ctx *context.Context, g *graph.Graph, numOutputs in
 	var specs []*distributed.ShardingSpec
 	ctx.EnumerateVariables(func(v *context.Variable) {
 		if v.ChangedInGraph(g) {
-			specs = append(specs, l.spec(v))
+			specs = append(specs, l.spec(ctx, v))
 		}
 	})
 	for range numOutputs {

@@ -15,9 +15,10 @@ import (
 )
 
 // checkVariables refuses to resume from store's checkpoint when its variables are not those of
-// this run's step, naming each parameter that differs: a model of other sizes holds a parameter of
-// another shape, lacks one the checkpoint has, or has one the checkpoint lacks. (The optimizer
-// state that follows from them is named only when no parameter differs.) The step is built once,
+// this run's step, naming each weight (trainable or frozen: graph.IsWeight) that differs: a model of
+// other sizes holds a weight of another shape, lacks one the checkpoint has, or has one the
+// checkpoint lacks. (The optimizer state that follows from them is named only when no weight
+// differs.) The step is built once,
 // in a fresh context, to know them; nothing is compiled.
 func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 	held, err := store.Variables()
@@ -30,16 +31,16 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 		return err
 	}
 	p.Graph.Finalize()
-	want, trainable := map[string]shapes.Shape{}, map[string]bool{}
-	stateOnly := map[string]bool{} // top scopes that hold no parameter: the optimizer's, the loss scale's, ...
+	want, weight := map[string]shapes.Shape{}, map[string]bool{}
+	stateOnly := map[string]bool{} // top scopes that hold no weight: the optimizer's, the loss scale's, ...
 	for v := range ctx.IterVariables() {
 		name := v.ScopeAndName()
-		want[name], trainable[name] = v.Shape(), v.Trainable
+		want[name], weight[name] = v.Shape(), ograph.IsWeight(ctx, v) // trainable or frozen: the model's
 		top := topScope(name)
 		if _, seen := stateOnly[top]; !seen {
 			stateOnly[top] = true
 		}
-		stateOnly[top] = stateOnly[top] && !v.Trainable
+		stateOnly[top] = stateOnly[top] && !weight[name]
 	}
 	rng := context.JoinScope(context.RootScope, context.RNGStateVariableName)
 	var params, state []string
@@ -54,9 +55,9 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 		switch h, ok := held[name]; {
 		case name == rng:
 		case !ok:
-			add(trainable[name], fmt.Sprintf("variable %s: this checkpoint has none; the model has %s", name, s))
+			add(weight[name], fmt.Sprintf("variable %s: this checkpoint has none; the model has %s", name, s))
 		case !h.Equal(s):
-			add(trainable[name], fmt.Sprintf("variable %s: this checkpoint holds %s; the model has %s", name, h, s))
+			add(weight[name], fmt.Sprintf("variable %s: this checkpoint holds %s; the model has %s", name, h, s))
 		}
 	}
 	for name, h := range held {

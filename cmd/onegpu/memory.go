@@ -128,7 +128,7 @@ type memoryReport struct {
 	TimelineFile    string `json:"timeline_file,omitempty"`
 	steps           []ograph.Step
 	title           string
-	breakdownByKind [5]int64
+	breakdownByKind map[ograph.Kind]int64
 	residualDetail  bool
 }
 
@@ -190,7 +190,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
-		Breakdown: map[string]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline, steps: m.Steps,
+		Breakdown: map[string]int64{}, breakdownByKind: map[ograph.Kind]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline, steps: m.Steps,
 		TimelineBlocks: timelineBlocks(m.Timeline, m.Steps),
 	}
 	if o.stockGradients {
@@ -213,9 +213,9 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		}
 	}
 	for _, k := range ograph.Kinds() {
-		r.Breakdown[k.String()] = m.Breakdown[k]
 		r.breakdownByKind[k] = m.Breakdown[k]
 	}
+	r.Breakdown = breakdownJSON(r.breakdownByKind)
 	for _, t := range m.AtPeak {
 		r.Largest = append(r.Largest, tensorJSON{Label: t.Label(), Shape: t.Node.Shape().String(), Kind: t.Kind.String(), Bytes: t.Bytes})
 	}
@@ -357,7 +357,7 @@ func (r *memoryReport) writeText(w io.Writer) {
 	for _, b := range r.breakdownByKind {
 		atPeak += b
 	}
-	for _, k := range ograph.Kinds() {
+	for _, k := range shownKinds(r.breakdownByKind) {
 		b := r.breakdownByKind[k]
 		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(atPeak, 1)),
 			strings.Repeat("█", int(40*b/max(atPeak, 1))))
@@ -394,6 +394,27 @@ func (r *memoryReport) writeText(w io.Writer) {
 			fmt.Fprintf(w, "  ... and %d more (--json lists every group)\n", more)
 		}
 	}
+}
+
+// shownKinds are the kinds a report shows of breakdown: all but frozen weights, which only the runs
+// that have them (adapters on a frozen base) show.
+func shownKinds(breakdown map[ograph.Kind]int64) []ograph.Kind {
+	var kinds []ograph.Kind
+	for _, k := range ograph.Kinds() {
+		if k != ograph.FrozenWeights || breakdown[k] != 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds
+}
+
+// breakdownJSON is breakdown by the names of the kinds shown (shownKinds).
+func breakdownJSON(breakdown map[ograph.Kind]int64) map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range shownKinds(breakdown) {
+		out[k.String()] = breakdown[k]
+	}
+	return out
 }
 
 // withStockGradients makes a step build its gradients with GoMLX's own rules.

@@ -43,11 +43,10 @@ func (r *memoryReport) addDevices(trainer *train.Trainer) error {
 		whole[k] = r.breakdownByKind[k]
 	}
 	perDevice := dp.PerDeviceBreakdown(whole)
-	r.Breakdown = map[string]int64{}
 	for _, k := range ograph.Kinds() {
-		r.Breakdown[k.String()] = perDevice[k]
 		r.breakdownByKind[k] = perDevice[k]
 	}
+	r.Breakdown = breakdownJSON(r.breakdownByKind)
 	r.Devices = d
 	return nil
 }
@@ -63,6 +62,9 @@ func (d *devicesJSON) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  %-22s %12s %12s %6.2fx\n", name, ograph.FormatBytes(part), ograph.FormatBytes(whole), float64(part)/float64(max(whole, 1)))
 	}
 	row("parameters", d.StatePerDevice.Params, d.StateTotal.Params)
+	if d.StateTotal.FrozenWeights > 0 {
+		row("frozen weights", d.StatePerDevice.FrozenWeights, d.StateTotal.FrozenWeights)
+	}
 	row("optimizer state", d.StatePerDevice.OptimizerState, d.StateTotal.OptimizerState)
 	row("other state", d.StatePerDevice.Other, d.StateTotal.Other)
 	fmt.Fprintf(w, "XLA compiled, per device: %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
