@@ -28,6 +28,21 @@ type logitsModel interface {
 // is an error, not a fresh random weight.
 func maxLogitsError(t *testing.T, backend backends.Backend, p *hf.Pretrained, fx testkit.HFFixture) float64 {
 	t.Helper()
+	got := logitsOf(t, backend, p, fx)
+	if len(got) != len(fx.Logits) {
+		t.Fatalf("%d logits, transformers gives %d", len(got), len(fx.Logits))
+	}
+	worst := 0.0
+	for i := range got {
+		worst = max(worst, math.Abs(float64(got[i])-float64(fx.Logits[i])))
+	}
+	return worst
+}
+
+// logitsOf runs the model a folder was opened into on the fixture's tokens and returns its
+// float32 logits.
+func logitsOf(t *testing.T, backend backends.Backend, p *hf.Pretrained, fx testkit.HFFixture) []float32 {
+	t.Helper()
 	m, ok := p.Model.(logitsModel)
 	if !ok {
 		t.Fatalf("%s holds a %T, which has no Logits", p.Dir, p.Model)
@@ -43,15 +58,7 @@ func maxLogitsError(t *testing.T, backend backends.Backend, p *hf.Pretrained, fx
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := tensors.MustCopyFlatData[float32](out[0])
-	if len(got) != len(fx.Logits) {
-		t.Fatalf("%d logits, transformers gives %d", len(got), len(fx.Logits))
-	}
-	worst := 0.0
-	for i := range got {
-		worst = max(worst, math.Abs(float64(got[i])-float64(fx.Logits[i])))
-	}
-	return worst
+	return tensors.MustCopyFlatData[float32](out[0])
 }
 
 // TestLogitsMatchTransformers is the Hugging Face round trip of issue 25: the model of every
