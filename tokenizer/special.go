@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
-
-	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
 // template is a TemplateProcessing post-processor's single-sequence template: the sequence and
@@ -92,7 +90,7 @@ func (t *Tokenizer) readConfigs(dir string) error {
 		v    any
 	}{{configFile, &tc}, {generationConfigFile, &gc}} {
 		path := filepath.Join(dir, c.name)
-		raw, err := regularfile.ReadAtMost(path, maxConfigBytes)
+		raw, err := readFile(path, maxConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -51,7 +51,7 @@ func Load(path string) (*Tokenizer, error) {
 	if !info.IsDir() {
 		dir, name = filepath.Dir(path), path
 	}
-	data, err := regularfile.ReadAtMost(name, maxFileBytes)
+	data, err := readFile(name, maxFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +63,21 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// readFile reads a file of a Hugging Face folder, of at most limit bytes. A symbolic link is
+// followed (the Hugging Face cache's snapshot folders link to its blobs), but what it leads to
+// must be a regular file: a link to a device or a named pipe is refused before it is read.
+func readFile(path string, limit int64) ([]byte, error) {
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	data, err := regularfile.ReadAtMost(target, limit)
+	if err != nil && target != path {
+		return nil, fmt.Errorf("%s (a link to %s): %w", path, target, err)
+	}
+	return data, err
 }
 
 // Parse reads the content of a tokenizer.json.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -165,4 +166,36 @@ func TestConcurrentEncode(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLoadFollowsLinksToFiles: a folder whose files are links to regular files (the Hugging Face
+// cache's snapshots) loads; a link to a device is refused without being read.
+func TestLoadFollowsLinksToFiles(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("symbolic links need privileges on windows")
+	}
+	fixture, err := filepath.Abs(filepath.Join("testdata", "llama3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{File, configFile, generationConfigFile} {
+		if err := os.Symlink(filepath.Join(fixture, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eos := tok.EOSTokens(); !slices.Equal(eos, []int{1001, 1008, 1009}) {
+		t.Errorf("through links: EOSTokens() = %v", eos)
+	}
+	bad := t.TempDir()
+	if err := os.Symlink("/dev/zero", filepath.Join(bad, File)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "a link to /dev/zero") {
+		t.Errorf("a link to /dev/zero: got %v", err)
+	}
 }
