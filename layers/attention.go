@@ -17,8 +17,9 @@ import (
 // CausalSelfAttention is the tutorial's attention block without its residual: one QKV projection
 // (a DenseGeneral to [heads, 3·headDim], split into query, key and value), scaled dot-product
 // attention with a causal mask (PlainAttention, or ChunkedAttention as SetAttention sets on the
-// context), and an output projection back to x's width.
-func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType) *graph.Node {
+// context), and an output projection back to x's width. With packed documents (docs.Segments)
+// each query attends within its document only.
+func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int, softmaxDType dtypes.DType, docs Documents) *graph.Node {
 	if x.Rank() != 3 {
 		panic(fmt.Sprintf("layers.CausalSelfAttention: x must be [batch, sequence, width], got %s", x.Shape()))
 	}
@@ -28,7 +29,8 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 	parts := ograph.SplitAxis(qkv, -1, 3)
 	// The core is a section of the memory timeline (memory --timeline).
 	end := ograph.Section(x.Graph(), "attention")
-	values := Note(ctx, "attention", AttentionOf(ctx).Core()(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
+	docs.check("layers.CausalSelfAttention", x)
+	values := Note(ctx, "attention", AttentionOf(ctx).SegmentCore(docs.Segments)(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
 	end()
 	return DenseGeneral(ctx.In("output_layer"), values, 2, width)
 }
@@ -52,7 +54,16 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 // headDim] and contracted against k and v as they are, so neither the products nor their gradients
 // (nor what a backward pass keeps) hold a key or value per query head.
 func PlainAttention(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
+	return PlainAttentionSegments(q, k, v, softmaxDType, nil)
+}
+
+// PlainAttentionSegments is PlainAttention of packed documents: a query attends only to the keys
+// before it in its own segment, segments being integers [batch, seq] (Documents.Segments); nil
+// segments are one segment a sequence (PlainAttention). The mask is [batch, seq, seq] instead of
+// [seq, seq].
+func PlainAttentionSegments(q, k, v *graph.Node, softmaxDType dtypes.DType, segments *graph.Node) *graph.Node {
 	checkAttentionHeads("layers.PlainAttention", q, k, v)
+	Documents{Segments: segments}.check("layers.PlainAttention", q)
 	if !softmaxDType.IsFloat() {
 		panic(fmt.Sprintf("layers.PlainAttention: softmax dtype %s is not a floating-point dtype", softmaxDType))
 	}
@@ -73,9 +84,18 @@ func PlainAttention(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node 
 		maskPrefix = []int{group}
 	}
 	scores := remat.NameBatchedDot(graph.Einsum(scoresEq, q, k), "attn_scores")
-	causal := causalMask(g, seq, maskPrefix...)
+	mask := causalMask(g, seq, maskPrefix...)
+	if segments != nil {
+		// [b, 1, q, k], or [b, 1, q, 1, k] for grouped scores [b, n, q, g, k].
+		mask = graph.LogicalAnd(graph.InsertAxes(causalMask(g, seq), 0), sameSegment(segments, segments))
+		mask = graph.InsertAxes(mask, 1)
+		if group > 1 {
+			mask = graph.InsertAxes(mask, 3)
+		}
+		mask = graph.BroadcastToDims(mask, scores.Shape().Dimensions...)
+	}
 	lowest := graph.Scalar(g, softmaxDType, lowestFinite(softmaxDType))
-	scores = graph.Where(graph.BroadcastPrefix(causal, scores.Shape().Dimensions[:scores.Rank()-causal.Rank()]...), scores, lowest)
+	scores = graph.Where(graph.BroadcastPrefix(mask, scores.Shape().Dimensions[:scores.Rank()-mask.Rank()]...), scores, lowest)
 	weights := mixed.Cast(mixed.Softmax(scores, softmaxDType, -1), computeDType)
 	values := remat.NameBatchedDot(graph.Einsum(valuesEq, weights, v), "attn_values")
 	if group > 1 {

@@ -28,7 +28,7 @@ const (
 // and every variable, in ctx's variable order.
 func attentionLoss(ctx *context.Context, compute dtypes.DType, x, r *graph.Node) []*graph.Node {
 	mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float64, Compute: compute, Output: dtypes.Float64})
-	out := layers.CausalSelfAttention(ctx, graph.ConvertDType(x, compute), attnHeads, attnHeadDim, compute)
+	out := layers.CausalSelfAttention(ctx, graph.ConvertDType(x, compute), attnHeads, attnHeadDim, compute, layers.Documents{})
 	loss := graph.ReduceAllSum(graph.Mul(graph.ConvertDType(out, dtypes.Float64), r))
 	wrt := []*graph.Node{x}
 	for v := range ctx.IterVariables() {

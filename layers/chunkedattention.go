@@ -38,7 +38,18 @@ func ChunkedAttention(q, k, v *graph.Node, softmaxDType dtypes.DType, block int)
 // queryBlock x keyBlock. At the same compile time, square blocks of a larger size needed less
 // memory in every case measured (see Attention).
 func ChunkedAttentionBlocks(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int) *graph.Node {
+	return ChunkedAttentionSegments(q, k, v, softmaxDType, queryBlock, keyBlock, nil)
+}
+
+// ChunkedAttentionSegments is ChunkedAttentionBlocks of packed documents: a query attends only to
+// the keys before it in its own segment, segments being integers [batch, seq]
+// (Documents.Segments); nil segments are one segment a sequence. Each block's scores are masked by
+// the segments of its queries and keys; no block is skipped for them (the segments are data, the
+// blocks fixed when the graph is built).
+func ChunkedAttentionSegments(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int, segments *graph.Node) *graph.Node {
 	a := newBlockedAttention(q, k, v, softmaxDType, queryBlock, keyBlock)
+	Documents{Segments: segments}.check("layers.ChunkedAttention", q)
+	a.segments = segments
 	value := a.forward()
 	return withGradients("attention", []*graph.Node{q, k, v}, value, a.backward)
 }
@@ -54,6 +65,7 @@ type blockedAttention struct {
 	keys                       [][]span      // the key blocks of each query block, clipped to the causal prefix
 	logSumExp                  []*graph.Node // per query block: [batch, kvHeads, rows, group, 1] in stats
 	queryShape                 shapes.Shape
+	segments                   *graph.Node // [batch, seq] integers, or nil: one segment a sequence
 }
 
 func newBlockedAttention(q, k, v *graph.Node, softmaxDType dtypes.DType, queryBlock, keyBlock int) *blockedAttention {
@@ -92,20 +104,27 @@ func (a *blockedAttention) queryBlock(i int, deps ...*graph.Node) *graph.Node {
 }
 
 // scores returns the block's scores [b, kvHeads, rows, group, keys] in the stats dtype, with the
-// keys after each row's query masked (lowest finite value) where the block crosses the diagonal.
+// keys after each row's query masked (lowest finite value) where the block crosses the diagonal,
+// and the keys of other segments than the row's.
 func (a *blockedAttention) scores(qi, kj *graph.Node, qs, ks span) *graph.Node {
 	s := graph.DotGeneral(qi, []int{4}, []int{0, 2}, graph.ConvertDType(kj, a.scoresDType), []int{3}, []int{0, 2})
 	s = graph.ConvertDType(s, a.stats)
-	if ks.end-1 <= qs.start {
-		return s // every key precedes every query
-	}
 	g := s.Graph()
-	dims := shapes.Make(dtypes.Int32, qs.len(), ks.len())
-	// key position > query position  <=>  col - row > qs.start - ks.start
-	offset := graph.Sub(graph.Iota(g, dims, 1), graph.Iota(g, dims, 0))
-	future := graph.GreaterThan(offset, graph.Scalar(g, dtypes.Int32, qs.start-ks.start))
-	bias := graph.Where(future, graph.Scalar(g, a.stats, lowestFinite(a.stats)), graph.ScalarZero(g, a.stats))
-	return graph.Add(s, graph.Reshape(bias, 1, 1, qs.len(), 1, ks.len()))
+	lowest := graph.Scalar(g, a.stats, lowestFinite(a.stats))
+	if ks.end-1 > qs.start { // some key follows some query
+		dims := shapes.Make(dtypes.Int32, qs.len(), ks.len())
+		// key position > query position  <=>  col - row > qs.start - ks.start
+		offset := graph.Sub(graph.Iota(g, dims, 1), graph.Iota(g, dims, 0))
+		future := graph.GreaterThan(offset, graph.Scalar(g, dtypes.Int32, qs.start-ks.start))
+		bias := graph.Where(future, lowest, graph.ScalarZero(g, a.stats))
+		s = graph.Add(s, graph.Reshape(bias, 1, 1, qs.len(), 1, ks.len()))
+	}
+	if a.segments != nil {
+		same := sameSegment(sliceAxis(a.segments, 1, qs), sliceAxis(a.segments, 1, ks)) // [b, rows, keys]
+		same = graph.BroadcastToDims(graph.Reshape(same, a.batch, 1, qs.len(), 1, ks.len()), s.Shape().Dimensions...)
+		s = graph.Where(same, s, lowest)
+	}
+	return s
 }
 
 // forward returns the attention's output [b, seq, heads, d] in q's dtype and records each query

@@ -109,15 +109,26 @@ func (a Attention) Blocks(seq int) (queries, keys int) {
 // Core returns the attention core a computes with: PlainAttention, or ChunkedAttentionBlocks with
 // a's blocks. Its signature is GroupedQuery.Core's (and models.Llama's Attention).
 func (a Attention) Core() func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
+	return a.SegmentCore(nil)
+}
+
+// SegmentCore is Core for packed documents: the core keeps each query within its segment
+// (PlainAttentionSegments, ChunkedAttentionSegments); nil segments give Core.
+func (a Attention) SegmentCore(segments *graph.Node) func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
 	if err := a.Validate(); err != nil {
 		panic("layers.Attention.Core: " + err.Error())
 	}
 	if !a.Chunked {
-		return PlainAttention
+		if segments == nil {
+			return PlainAttention
+		}
+		return func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
+			return PlainAttentionSegments(q, k, v, softmaxDType, segments)
+		}
 	}
 	return func(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node {
 		queries, keys := a.Blocks(q.Shape().Dim(1))
-		return ChunkedAttentionBlocks(q, k, v, softmaxDType, queries, keys)
+		return ChunkedAttentionSegments(q, k, v, softmaxDType, queries, keys, segments)
 	}
 }
 

@@ -46,7 +46,12 @@ func (a GroupedQuery) Validate() error {
 // no bias) back to x's width. x is [batch,
 // sequence, width] in any dtype; the work runs in the compute dtype of the policy on ctx's scope.
 // Keys and values are projected once per key/value head and never copied per query head.
-func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) *graph.Node {
+//
+// docs says where packed documents lie (the zero Documents: one a sequence): the rotary
+// embeddings turn by docs.Positions and the core keeps each query within its docs.Segments, as
+// transformers computes each document on its own (position_ids restarting, a block-diagonal
+// causal mask). A Core of a's own cannot take segments: it panics with packed documents.
+func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery, docs Documents) *graph.Node {
 	if err := a.Validate(); err != nil {
 		panic("layers.GroupedQueryAttention: " + err.Error())
 	}
@@ -58,15 +63,20 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery) 
 	heads := func(scope string, n int) *graph.Node {
 		return graph.Reshape(qkv.Apply(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
 	}
-	q := a.Rotary.Apply(heads("q_proj", a.Heads))
-	k := a.Rotary.Apply(heads("k_proj", a.KVHeads))
+	docs.check("layers.GroupedQueryAttention", x)
+	if a.Core != nil && docs.Packed() {
+		panic("layers.GroupedQueryAttention: GroupedQuery.Core is a core of its own, which cannot keep packed documents apart; " +
+			"leave Core nil (the context's Attention) for packed documents")
+	}
+	q := a.Rotary.ApplyAt(heads("q_proj", a.Heads), docs.Positions)
+	k := a.Rotary.ApplyAt(heads("k_proj", a.KVHeads), docs.Positions)
 	v := heads("v_proj", a.KVHeads)
 	softmaxDType, core := a.SoftmaxDType, a.Core
 	if softmaxDType == dtypes.InvalidDType {
 		softmaxDType = dtypes.Float32
 	}
 	if core == nil {
-		core = AttentionOf(ctx).Core()
+		core = AttentionOf(ctx).SegmentCore(docs.Segments)
 	}
 	end := ograph.Section(x.Graph(), "attention")                 // for the memory timeline
 	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]

@@ -60,7 +60,7 @@ func TestGroupedQueryAttentionMatchesFloat64(t *testing.T) {
 		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 			mixed.SetPolicy(ctx, float64Params(compute))
 			return layers.GroupedQueryAttention(ctx.In("self_attn"), in[0], layers.GroupedQuery{
-				Heads: 4, KVHeads: 2, HeadDim: 8, Rotary: llama3Rotary, SoftmaxDType: compute})
+				Heads: 4, KVHeads: 2, HeadDim: 8, Rotary: llama3Rotary, SoftmaxDType: compute}, layers.Documents{})
 		},
 		Plain: func(p map[string][]float64, in [][]float64) []float64 {
 			w := func(name string) []float64 { return p["/self_attn/"+name+"/weight"] }
@@ -86,7 +86,7 @@ func TestGroupedQueryAttentionBiasesMatchFloat64(t *testing.T) {
 		Build: func(ctx *context.Context, compute dtypes.DType, in []*graph.Node) *graph.Node {
 			mixed.SetPolicy(ctx, float64Params(compute))
 			out := layers.GroupedQueryAttention(ctx.In("self_attn"), in[0], layers.GroupedQuery{
-				Heads: 4, KVHeads: 2, HeadDim: 8, Rotary: layers.Rotary{Theta: 1e6}, SoftmaxDType: compute, QKVBias: true})
+				Heads: 4, KVHeads: 2, HeadDim: 8, Rotary: layers.Rotary{Theta: 1e6}, SoftmaxDType: compute, QKVBias: true}, layers.Documents{})
 			names = names[:0]
 			ctx.EnumerateVariables(func(v *context.Variable) {
 				if strings.HasPrefix(v.ScopeAndName(), "/self_attn/") {

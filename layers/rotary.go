@@ -108,22 +108,35 @@ func inverseFrequencies[T float32 | float64](r Rotary, headDim int) []T {
 // apply_rotary_pos_emb. The angles and their cosines and sines are computed in float32 (float64 for
 // float64 x) and cast to x's dtype before they multiply x, as transformers does. The gradient needs
 // no saved value: it is the inverse rotation of the cotangent.
-func (r Rotary) Apply(x *graph.Node) *graph.Node {
+func (r Rotary) Apply(x *graph.Node) *graph.Node { return r.ApplyAt(x, nil) }
+
+// ApplyAt is Apply at the given positions, integers [batch, sequence] (Documents.Positions: each
+// token's position within its document, as transformers' position_ids); nil positions are 0, 1,
+// ..., sequence-1 in every row.
+func (r Rotary) ApplyAt(x, positions *graph.Node) *graph.Node {
 	if x.Rank() != 4 {
 		panic(fmt.Sprintf("layers.Rotary.Apply: x must be [batch, sequence, heads, headDim], got %s", x.Shape()))
 	}
+	Documents{Positions: positions}.check("layers.Rotary.ApplyAt", x)
 	g := x.Graph()
-	seq, headDim := x.Shape().Dim(1), x.Shape().Dim(3)
+	batch, seq, headDim := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(3)
 	wide := dtypes.Float32
 	if x.DType() == dtypes.Float64 {
 		wide = dtypes.Float64
 	}
 	freqs := graph.ConvertDType(graph.Const(g, r.InverseFrequencies(headDim, wide)), wide) // exact: values are of dtype wide
-	positions := graph.ConvertDType(graph.Iota(g, shapes.Make(dtypes.Int32, seq), 0), wide)
-	angles := graph.Mul(graph.InsertAxes(positions, 1), graph.InsertAxes(freqs, 0)) // [seq, headDim/2]
-	// [1, seq, 1, headDim/2], in x's dtype.
-	cos := graph.Reshape(graph.ConvertDType(graph.Cos(angles), x.DType()), 1, seq, 1, headDim/2)
-	sin := graph.Reshape(graph.ConvertDType(graph.Sin(angles), x.DType()), 1, seq, 1, headDim/2)
+	rows := 1
+	var at *graph.Node
+	if positions == nil {
+		at = graph.ConvertDType(graph.Iota(g, shapes.Make(dtypes.Int32, 1, seq), 1), wide)
+	} else {
+		rows, at = batch, graph.ConvertDType(positions, wide)
+	}
+	// [rows, seq, headDim/2]: one product a value, as transformers' inv_freq @ position_ids.
+	angles := graph.Mul(graph.InsertAxes(at, -1), graph.Reshape(freqs, 1, 1, headDim/2))
+	// [rows, seq, 1, headDim/2], in x's dtype.
+	cos := graph.Reshape(graph.ConvertDType(graph.Cos(angles), x.DType()), rows, seq, 1, headDim/2)
+	sin := graph.Reshape(graph.ConvertDType(graph.Sin(angles), x.DType()), rows, seq, 1, headDim/2)
 	halves := ograph.SplitAxis(x, -1, 2)
 	first, second := halves[0], halves[1]
 	// HF: x·[cos, cos] + [-second, first]·[sin, sin]; a + (-b) and a - b are the same bits.

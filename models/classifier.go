@@ -71,7 +71,7 @@ func (m Classifier) InputShapes(batch int) []shapes.Shape {
 // Loss is the summed cross-entropy of the labels batch[1] given the features batch[0] and the
 // number of labels, with the number predicted right as the "accuracy" metric.
 func (m Classifier) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-	return classification(m.LogProbs(ctx, batch[0]), batch[1])
+	return classification(m.LogProbs(ctx, batch[0]), batch[1], nil)
 }
 
 // MetricNames is "accuracy".

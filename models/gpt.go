@@ -26,6 +26,10 @@ import (
 // train.Config.Remat) selects for rematerialization.
 type GPT struct {
 	Config GPTConfig
+	// Packed makes its batches documents packed into sequences (data.Packed): five inputs, not
+	// two, attention within each document, the learned positions each token's within its
+	// document, weighted targets (see documents.go).
+	Packed bool
 	// SoftmaxDType is the attention softmax's dtype; float32 (the tutorial's) when unset.
 	SoftmaxDType dtypes.DType
 }
@@ -63,9 +67,9 @@ func (m GPT) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 // output layer itself, a chunk of tokens at a time. It runs the embedding and the blocks as the
 // stages of a streamed run do (gpt_stages.go).
 func (m GPT) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
-	x := m.embed(ctx, tokens)
+	x := m.embed(ctx, tokens, nil)
 	for layer := range m.Config.Layers {
-		x = m.block(ctx.In(m.BlockScope(layer)), x)
+		x = m.block(ctx.In(m.BlockScope(layer)), x, layers.Documents{})
 	}
 	return m.postNorm(ctx, x)
 }
@@ -78,8 +82,9 @@ func (m GPT) Head(ctx *context.Context, hidden *graph.Node) *graph.Node {
 }
 
 // block is one transformer block as the tutorial writes it: x + MLP(x), then x + Attention(x),
-// each branch a remat.Block (the residual additions stay outside), the whole one too.
-func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
+// each branch a remat.Block (the residual additions stay outside), the whole one too. docs says
+// where packed documents lie (the zero Documents: one a sequence).
+func (m GPT) block(ctx *context.Context, x *graph.Node, docs layers.Documents) *graph.Node {
 	mlp := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.LayerNorm(ctx.In("pre_norm"), in[0])
 		h = layers.GELU(layers.Dense(ctx.In("input_layer"), h, m.Config.MLPFactor*m.Config.Hidden))
@@ -88,7 +93,7 @@ func (m GPT) block(ctx *context.Context, x *graph.Node) *graph.Node {
 	}
 	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.LayerNorm(ctx.In("pre_norm"), in[0])
-		h = layers.CausalSelfAttention(ctx, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType())
+		h = layers.CausalSelfAttention(ctx, h, m.Config.Heads(), m.Config.HeadDim, m.softmaxDType(), docs)
 		return []*graph.Node{layers.Note(ctx, "attention branch", layers.Dropout(ctx, h, m.Config.Dropout))}
 	}
 	// Each branch's dropout bits are drawn when the branch runs (see layers.TieRandomStateTo).
@@ -114,10 +119,10 @@ func (m GPT) softmaxDType() dtypes.DType {
 	return m.SoftmaxDType
 }
 
-// InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each.
+// InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each, and
+// when Packed their segments, positions (int32) and loss weights (float32), [batch, SeqLen] each.
 func (m GPT) InputShapes(batch int) []shapes.Shape {
-	tokens := shapes.Make(dtypes.Int32, batch, m.Config.SeqLen)
-	return []shapes.Shape{tokens, tokens}
+	return tokenShapes(batch, m.Config.SeqLen, m.Packed)
 }
 
 // Loss is the summed cross-entropy of the targets batch[1] given the tokens batch[0] and the
@@ -129,7 +134,7 @@ func (m GPT) InputShapes(batch int) []shapes.Shape {
 func (m GPT) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
 	x := m.EmbedStage(ctx, batch)
 	for layer := range m.Blocks() {
-		x = m.BlockStage(ctx.In(m.BlockScope(layer)), x)
+		x = m.BlockStage(ctx.In(m.BlockScope(layer)), x, batch)
 	}
 	return m.HeadStage(ctx, x, batch)
 }
@@ -168,6 +173,9 @@ func (m GPT) String() string {
 		g.Heads(), g.HeadDim, g.SeqLen, g.MLPFactor, g.Vocab, g.Dropout)
 	if d := m.softmaxDType(); d != dtypes.Float32 {
 		s += fmt.Sprintf(", softmax %s", d)
+	}
+	if m.Packed {
+		s += ", packed documents"
 	}
 	return s + ")"
 }

@@ -30,6 +30,10 @@ import (
 // trainer sets from the run description.
 type Llama struct {
 	Config LlamaConfig
+	// Packed makes its batches documents packed into sequences (data.Packed): five inputs, not
+	// two, attention within each document, rotary positions restarting at each, weighted targets
+	// (see documents.go).
+	Packed bool
 	// SoftmaxDType is the attention softmax's dtype; float32 when unset.
 	SoftmaxDType dtypes.DType
 }
@@ -56,7 +60,7 @@ func (m Llama) Logits(ctx *context.Context, tokens *graph.Node) *graph.Node {
 func (m Llama) Hidden(ctx *context.Context, tokens *graph.Node) *graph.Node {
 	x := m.embed(ctx, tokens)
 	for i := range m.Config.Layers {
-		x = m.layer(inPath(ctx, m.BlockScope(i)), x)
+		x = m.layer(inPath(ctx, m.BlockScope(i)), x, layers.Documents{})
 	}
 	return m.finalNorm(ctx, x)
 }
@@ -86,14 +90,14 @@ func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
 
 // layer is one decoder layer: x + attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)), as the
 // remat.Block kinds "attn" and "mlp" inside the kind "block"; the residual additions stay outside
-// the branches.
-func (m Llama) layer(ctx *context.Context, x *graph.Node) *graph.Node {
+// the branches. docs says where packed documents lie (the zero Documents: one a sequence).
+func (m Llama) layer(ctx *context.Context, x *graph.Node, docs layers.Documents) *graph.Node {
 	c := m.Config
 	attention := c.Attention()
 	attention.SoftmaxDType = m.SoftmaxDType // the core is the context's (layers.AttentionOf)
 	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.RMSNorm(ctx.In("input_layernorm"), in[0], c.NormEpsilon)
-		return []*graph.Node{layers.Note(ctx, "attention branch", layers.GroupedQueryAttention(ctx.In("self_attn"), h, attention))}
+		return []*graph.Node{layers.Note(ctx, "attention branch", layers.GroupedQueryAttention(ctx.In("self_attn"), h, attention, docs))}
 	}
 	mlp := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.RMSNorm(ctx.In("post_attention_layernorm"), in[0], c.NormEpsilon)

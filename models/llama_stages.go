@@ -22,9 +22,7 @@ import (
 // EmbedStage maps a micro-batch's tokens (batch[0], [batch, length]) to the first layer's input
 // [batch, length, Hidden]: the token embeddings.
 func (m Llama) EmbedStage(ctx *context.Context, batch []*graph.Node) *graph.Node {
-	if len(batch) != 2 {
-		panic(fmt.Sprintf("models.Llama: the batch must be [tokens, targets], got %d inputs", len(batch)))
-	}
+	checkTokenBatch("Llama", batch, m.Packed)
 	return m.embed(ctx, batch[0])
 }
 
@@ -34,19 +32,23 @@ func (m Llama) Blocks() int { return m.Config.Layers }
 // BlockScope is layer i's scope, "model/layers/i", as Hugging Face names its tensors.
 func (Llama) BlockScope(i int) string { return "model/layers/" + strconv.Itoa(i) }
 
-// BlockStage is one decoder layer, ctx at its scope (see BlockScope).
-func (m Llama) BlockStage(ctx *context.Context, x *graph.Node) *graph.Node { return m.layer(ctx, x) }
+// BlockStage is one decoder layer, ctx at its scope (see BlockScope), reading the micro-batch's
+// segments and positions when Packed.
+func (m Llama) BlockStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) *graph.Node {
+	return m.layer(ctx, x, documentsOf(batch, m.Packed))
+}
 
 // HeadStage is the final RMSNorm of the last layer's output x and the loss of the targets
-// batch[1]: Loss's sums and counts (plain or chunked, as layers.CrossEntropyOf(ctx) says).
+// batch[1] (weighted by batch[4] when Packed): Loss's sums and counts (plain or chunked, as
+// layers.CrossEntropyOf(ctx) says).
 func (m Llama) HeadStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) (accum.Mean, []accum.Mean) {
 	hidden := m.finalNorm(ctx, x)
 	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
-	chunk := layers.CrossEntropyOf(ctx).Chunk
+	chunk, weights := layers.CrossEntropyOf(ctx).Chunk, lossWeights(batch, m.Packed)
 	if chunk == 0 {
-		return classification(m.Head(ctx, hidden), batch[1])
+		return classification(m.Head(ctx, hidden), batch[1], weights)
 	}
-	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, m.head(ctx, hidden.Graph()), batch[1], nil, chunk)
+	sum, count, correct := layers.ChunkedCrossEntropyAccuracy(hidden, m.head(ctx, hidden.Graph()), batch[1], weights, chunk)
 	return accum.Mean{Sum: sum, Count: count}, []accum.Mean{{Sum: correct, Count: count}}
 }
 

@@ -19,10 +19,10 @@ import (
 // (RMSNorm and attention) and "mlp" (RMSNorm and SwiGLU).
 func (Llama) RematKinds() []string { return []string{KindBlock, KindMLP, KindAttention} }
 
-// InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each.
+// InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each, and
+// when Packed their segments, positions (int32) and loss weights (float32), [batch, SeqLen] each.
 func (m Llama) InputShapes(batch int) []shapes.Shape {
-	tokens := shapes.Make(dtypes.Int32, batch, m.Config.SeqLen)
-	return []shapes.Shape{tokens, tokens}
+	return tokenShapes(batch, m.Config.SeqLen, m.Packed)
 }
 
 // Loss is the summed cross-entropy of the targets batch[1] given the tokens batch[0] and the
@@ -34,7 +34,7 @@ func (m Llama) InputShapes(batch int) []shapes.Shape {
 func (m Llama) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
 	x := m.EmbedStage(ctx, batch)
 	for i := range m.Blocks() {
-		x = m.BlockStage(inPath(ctx, m.BlockScope(i)), x)
+		x = m.BlockStage(inPath(ctx, m.BlockScope(i)), x, batch)
 	}
 	return m.HeadStage(ctx, x, batch)
 }
@@ -86,6 +86,9 @@ func (m Llama) String() string {
 	s += fmt.Sprintf(", norm ε %g", c.NormEpsilon)
 	if c.TiedEmbeddings {
 		s += ", tied embeddings"
+	}
+	if m.Packed {
+		s += ", packed documents"
 	}
 	if c.QKVBias {
 		s += ", q/k/v biases"

@@ -272,12 +272,12 @@ func (b stageBuilder) stages() ([]StageEstimate, shapes.Shape, error) {
 	if err != nil {
 		return nil, x, err
 	}
-	block, blockVars, err := b.analyze(ctx, "block", []shapes.Shape{x}, func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
+	block, blockVars, err := b.analyze(ctx, "block", append([]shapes.Shape{x}, batch...), func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
 		scoped := ctx
 		for _, element := range strings.Split(b.model.BlockScope(0), context.ScopeSeparator) {
 			scoped = scoped.In(element) // a scope may be a path ("model/layers/0" for the Llama)
 		}
-		return b.model.BlockStage(scoped, in[0]), in
+		return b.model.BlockStage(scoped, in[0], in[1:]), in[:1]
 	})
 	if err != nil {
 		return nil, x, err

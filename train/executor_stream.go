@@ -97,9 +97,9 @@ func (s *streamExecutor) start() error {
 	s.blockVars = make([][]*context.Variable, n)
 	for i := range n {
 		scope := s.model.BlockScope(i)
-		used, err := s.stageVariables(scope, []shapes.Shape{xShape}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		used, err := s.stageVariables(scope, append([]shapes.Shape{xShape}, inputs...), func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().Apply(ctx, in[0].Graph())
-			y := s.model.BlockStage(inScopePath(ctx, scope), in[0])
+			y := s.model.BlockStage(inScopePath(ctx, scope), in[0], in[1:])
 			if !y.Shape().Equal(xShape) {
 				panic(fmt.Errorf("block %d maps %s to %s: a block keeps its input's shape", i, xShape, y.Shape()))
 			}

@@ -18,7 +18,7 @@ import (
 //
 //	x := m.EmbedStage(ctx, batch)
 //	for i := range m.Blocks() {
-//		x = m.BlockStage(ctx.In(...the elements of m.BlockScope(i)...), x)
+//		x = m.BlockStage(ctx.In(...the elements of m.BlockScope(i)...), x, batch)
 //	}
 //	return m.HeadStage(ctx, x, batch)
 //
@@ -36,8 +36,10 @@ type Staged interface {
 	// elements separated by "/" ("block_3" for the GPT's fourth block, "model/layers/3" for the
 	// Llama's).
 	BlockScope(i int) string
-	// BlockStage is one block, ctx at its scope: its output has x's shape and dtype.
-	BlockStage(ctx *context.Context, x *graph.Node) *graph.Node
+	// BlockStage is one block, ctx at its scope: its output has x's shape and dtype. batch is the
+	// micro-batch, which a block may read but not differentiate (packed documents' segments and
+	// positions: models.Llama.Packed).
+	BlockStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) *graph.Node
 	// HeadStage maps the last block's output and the micro-batch to the loss and metrics, as Loss
 	// returns them.
 	HeadStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) (accum.Mean, []accum.Mean)

@@ -53,8 +53,8 @@ func (t *Trainer) StreamPrograms() ([]*ograph.Program, error) {
 		fn     func(ctx *context.Context, in []*graph.Node) []*graph.Node
 	}{
 		{"stream_embed_backward", append(append([]shapes.Shape{}, inputs...), x), embedBwd},
-		{"stream_block_forward", []shapes.Shape{x}, blockFwd},
-		{"stream_block_backward", []shapes.Shape{x, x}, blockBwd},
+		{"stream_block_forward", append([]shapes.Shape{x}, inputs...), blockFwd},
+		{"stream_block_backward", append([]shapes.Shape{x, x}, inputs...), blockBwd},
 		{"stream_head", append([]shapes.Shape{x}, inputs...), head},
 	} {
 		if p, err = build(b.name, b.inputs, b.fn); err != nil {

@@ -93,7 +93,7 @@ func (p *streamPass) forward(batch []*tensors.Tensor) error {
 			return err
 		}
 		for m := range p.k {
-			outs, err := p.call(s.block, s.block.fwd, i+1, m, false, p.xs[i][m])
+			outs, err := p.call(s.block, s.block.fwd, i+1, m, false, append([]*tensors.Tensor{p.xs[i][m]}, p.mbs[m]...)...)
 			if err != nil {
 				return fmt.Errorf("block %d: %w", i, err)
 			}
@@ -146,7 +146,7 @@ func (p *streamPass) backward() error {
 			return err
 		}
 		for m := range p.k {
-			outs, err := p.call(s.block, s.block.bwd, i+1, m, true, p.xs[i][m], p.dxs[m])
+			outs, err := p.call(s.block, s.block.bwd, i+1, m, true, append([]*tensors.Tensor{p.xs[i][m], p.dxs[m]}, p.mbs[m]...)...)
 			if err != nil {
 				return fmt.Errorf("block %d: %w", i, err)
 			}

@@ -177,11 +177,11 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 	case blockStage:
 		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
-			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0])}
+			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0], in[1:])}
 		}
 		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
-			y := m.BlockStage(inScopePath(ctx, scope0), in[0])
+			y := m.BlockStage(inScopePath(ctx, scope0), in[0], in[2:])
 			return stageGradients(ctx, cotangentTarget(y, in[1]), in[0])
 		}
 	case headStage:

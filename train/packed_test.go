@@ -1,0 +1,104 @@
+package train_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/tensors"
+
+	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/train"
+)
+
+// packedTokens are documents of random lengths (3 to 60 tokens), a third of them with a prompt
+// that carries no loss, packed for the tiny Llama (sequences of 64, vocabulary 256) in batches of
+// batch sequences.
+func packedTokens(t *testing.T, batch int) *data.Packed {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(41, 42))
+	tk := &data.Tokenized{Starts: []int64{0}}
+	for i := range 40 {
+		n := 3 + rng.IntN(58)
+		for j := range n {
+			tk.IDs = append(tk.IDs, int32(rng.IntN(256)))
+			trained := uint8(1)
+			if i%3 == 0 && j < n/2 {
+				trained = 0
+			}
+			tk.Trained = append(tk.Trained, trained)
+		}
+		tk.Starts = append(tk.Starts, int64(len(tk.IDs)))
+	}
+	d, err := data.NewPacked(&data.TokenizedText{Source: "test", Kind: "test", Tokenized: tk}, 64, batch, 256, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestPackedLossIsExactInMicroBatches: the tiny Llama on packed documents, whose sequences hold
+// different numbers of loss-carrying targets: its loss is the mean over the whole batch's
+// loss-carrying targets, the same with 1 or 4 micro-batches within 1e-6 (float32), and streamed
+// (--offload params, its block programs reading the segments and positions) within 1e-6 at the
+// first step and 1e-5 after.
+func TestPackedLossIsExactInMicroBatches(t *testing.T) {
+	const steps = 2
+	batches := packedTokens(t, 4)
+	counts := map[float32]bool{}
+	weights := tensors.MustCopyFlatData[float32](batches.Batch(0)[4])
+	for r := range 4 {
+		var n float32
+		for _, w := range weights[64*r : 64*r+64] {
+			n += w
+		}
+		counts[n] = true
+	}
+	if len(counts) < 2 {
+		t.Fatalf("the first batch's sequences all carry the same number of targets (%v): a mean of means would pass", counts)
+	}
+	losses := func(edit func(c *train.Config)) []float64 {
+		c := llamaReference(t)
+		c.Batch = 4
+		m := c.Model.(models.Llama)
+		m.Packed = true
+		c.Model = m
+		edit(&c)
+		tr, err := train.New(embedded(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		h, err := tr.Run(batches, train.RunOptions{Steps: steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []float64
+		for _, s := range h.Steps {
+			out = append(out, s.Loss)
+		}
+		return out
+	}
+	want := losses(func(*train.Config) {})
+	for _, c := range []struct {
+		name string
+		edit func(c *train.Config)
+	}{
+		{"4 micro-batches", func(c *train.Config) { c.MicroBatches = 4 }},
+		{"streamed, 2 micro-batches", func(c *train.Config) { c.MicroBatches, c.Offload = 2, train.OffloadParams }},
+	} {
+		got := losses(c.edit)
+		for i := range steps {
+			tol := 1e-6
+			if i > 0 {
+				tol = 1e-5
+			}
+			rel := math.Abs(got[i]-want[i]) / want[i]
+			if rel > tol {
+				t.Errorf("%s: step %d loss %.8g, one micro-batch %.8g (relative %.2g > %g)", c.name, i, got[i], want[i], rel, tol)
+			}
+			t.Logf("%s: step %d loss %.8g vs %.8g (relative %.2g)", c.name, i, got[i], want[i], rel)
+		}
+	}
+}
