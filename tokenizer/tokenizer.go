@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,9 @@ func Load(path string) (*Tokenizer, error) {
 		dir, name = filepath.Dir(path), path
 	}
 	data, err := readFile(name, maxFileBytes)
+	if errors.Is(err, fs.ErrNotExist) && info.IsDir() {
+		return nil, fmt.Errorf("%s has no %s (onegpu reads the tokenizers library's %s; a SentencePiece tokenizer.model alone is not read)", path, File, File)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -130,7 +130,7 @@ func TestSpecialTokens(t *testing.T) {
 			t.Errorf("%s: VocabSize() = %d, want 1024", c.path, tok.VocabSize())
 		}
 	}
-	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), File) {
+	if _, err := Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "has no "+File) {
 		t.Errorf("a folder without %s: got %v", File, err)
 	}
 }
