@@ -154,7 +154,6 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"no model_type", map[string]any{"model_type": nil}, "model_type: <nil>: missing"},
 		{"qwen3", map[string]any{"model_type": "qwen3", "architectures": []string{"Qwen3ForCausalLM"}}, "q_norm"},
 		{"sequence classification", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, `architectures: [LlamaForSequenceClassification]`},
-		{"mistral with a window", map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}, "sliding_window": 64}, "sliding_window: 64 is shorter than max_position_embeddings 128"},
 		{"attention bias", map[string]any{"attention_bias": true}, "attention_bias: true"},
 		{"mlp bias", map[string]any{"mlp_bias": true}, "mlp_bias: true"},
 		{"gelu", map[string]any{"hidden_act": "gelu"}, "hidden_act: gelu"},
@@ -179,6 +178,35 @@ func TestParseConfigRefuses(t *testing.T) {
 	}
 	if _, err := hf.ParseConfig([]byte("[1, 2]"), "x/config.json", 0); err == nil || !strings.Contains(err.Error(), "not a JSON object") {
 		t.Errorf("an array: %v", err)
+	}
+}
+
+// TestParseConfigMistralWindow: a Mistral whose sliding window (64) is shorter than its positions
+// (128) computes exactly on sequences within the window: its default sequence is capped at the
+// window, a sequence of 64 is accepted, one of 65 refused naming sliding_window, and the model
+// keeps the window (models.LlamaConfig.SlidingWindow), whose Validate refuses a longer SeqLen
+// (before: every such config was refused, "64 is shorter than max_position_embeddings 128").
+func TestParseConfigMistralWindow(t *testing.T) {
+	raw := edit(t, map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}, "sliding_window": 64})
+	for _, seq := range []int{0, 64, 10} {
+		l, err := hf.ParseConfig(raw, "m/config.json", seq)
+		if err != nil {
+			t.Fatalf("sequence %d: %v", seq, err)
+		}
+		c := configOf(t, l)
+		if want := map[int]int{0: 64, 64: 64, 10: 10}[seq]; c.SeqLen != want || c.SlidingWindow != 64 {
+			t.Errorf("sequence %d: SeqLen %d, SlidingWindow %d; want %d, 64", seq, c.SeqLen, c.SlidingWindow, want)
+		}
+		if seq == 64 {
+			c.SeqLen = 65
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "SeqLen = 65 exceeds SlidingWindow = 64") {
+				t.Errorf("Validate with SeqLen 65: %v", err)
+			}
+		}
+	}
+	if _, err := hf.ParseConfig(raw, "m/config.json", 65); err == nil ||
+		!strings.Contains(err.Error(), "m/config.json: sliding_window: 64 is shorter than the sequences of 65 tokens asked for") {
+		t.Errorf("sequence 65: %v", err)
 	}
 }
 

@@ -4,10 +4,10 @@
 //
 // A Family describes how the models of one model_type are kept in a folder: how config.json reads
 // into an onegpu model and back, and the model's tensors (a Layout). The Llama's ("llama", and
-// "mistral" without a sliding window: models.Llama) and Qwen2's ("qwen2": models.Llama with q/k/v
+// "mistral", on sequences within its sliding window: models.Llama) and Qwen2's ("qwen2": models.Llama with q/k/v
 // biases) are registered; a family of one's own is a RegisterFamily call. ReadConfig turns
 // config.json into its family's model and refuses what the model cannot compute exactly (another
-// activation, a rope_type other than Llama 3's, a sliding window, ...), naming the field and the
+// activation, a rope_type other than Llama 3's, sequences longer than a sliding window, ...), naming the field and the
 // file.
 //
 // Open is the one way a folder is loaded (onegpu eval, train --init-hf and library code all call

@@ -11,7 +11,7 @@ import (
 // model_type and the class transformers builds from it, how config.json reads into an onegpu
 // model, and which onegpu models the family writes back. ReadConfig, Open and Export work through
 // the registered families, not a model type of their own: the Llama's ("llama", and "mistral"
-// without a sliding window, in llama.go) and Qwen2's ("qwen2", qwen2.go) register themselves; a
+// on sequences within its sliding window, in llama.go) and Qwen2's ("qwen2", qwen2.go) register themselves; a
 // family of one's own is a RegisterFamily call.
 type Family struct {
 	// ModelType is config.json's model_type, e.g. "llama".

@@ -11,8 +11,8 @@ import (
 
 // The Llama family: config.json's LlamaConfig fields as a models.Llama, its tensors as
 // LlamaForCausalLM names them (models.Llama names its variables the same way). Mistral's
-// checkpoints without a sliding window hold the same tensors and math; they are read, and written
-// back as Llama's. Qwen2 (qwen2.go) is this layout with biases on q_proj, k_proj and v_proj.
+// checkpoints hold the same tensors and, on sequences within their sliding window, the same math;
+// they are read, and written back as Mistral's when they have a window (as Llama's otherwise). Qwen2 (qwen2.go) is this layout with biases on q_proj, k_proj and v_proj.
 
 // The Llama's and Mistral's classes.
 const (
@@ -27,9 +27,14 @@ var llamaOnlyFields = map[string]any{"attention_bias": false, "mlp_bias": false}
 func init() {
 	RegisterFamily(Family{ModelType: "llama", Architecture: llamaClass, Read: readLlama, Describe: func(model any) (Layout, bool) {
 		l, ok := model.(models.Llama)
-		return llamaLayout{llama: l, modelType: "llama", class: llamaClass, fields: llamaOnlyFields}, ok && !l.Config.QKVBias
+		return llamaLayout{llama: l, modelType: "llama", class: llamaClass, fields: llamaOnlyFields}, ok && !l.Config.QKVBias && l.Config.SlidingWindow == 0
 	}})
-	RegisterFamily(Family{ModelType: "mistral", Architecture: mistralClass, Read: readMistral})
+	// A Llama with a sliding window is a Mistral, written back with its window.
+	RegisterFamily(Family{ModelType: "mistral", Architecture: mistralClass, Read: readMistral, Describe: func(model any) (Layout, bool) {
+		l, ok := model.(models.Llama)
+		return llamaLayout{llama: l, modelType: "mistral", class: mistralClass, fields: map[string]any{"sliding_window": l.Config.SlidingWindow}},
+			ok && !l.Config.QKVBias && l.Config.SlidingWindow > 0
+	}})
 }
 
 // readLlama reads a "llama" config.json: models.Llama has no biases, so attention_bias and
@@ -46,23 +51,35 @@ func readLlama(r *ConfigReader) (Layout, error) {
 	return readLlamaLayout(r, "llama", llamaClass, llamaOnlyFields, false)
 }
 
-// readMistral reads a "mistral" config.json whose sliding window never applies (none, or one at
-// least as long as the positions): the Llama's tensors and math.
+// readMistral reads a "mistral" config.json: the Llama's tensors and math, with Mistral's sliding
+// window (none, or one as long as the run's sequences) kept as the model's SlidingWindow. The
+// Llama attends to every earlier position, which is the window's attention for sequences of at
+// most the window: the default sequence length is capped at it, and a longer one asked for is an
+// error naming sliding_window.
 func readMistral(r *ConfigReader) (Layout, error) {
-	if r.Value("sliding_window") != nil {
-		window, err := r.Int("sliding_window")
-		if err != nil {
-			return nil, err
-		}
-		positions, err := r.Int("max_position_embeddings")
-		if err != nil {
-			return nil, err
-		}
-		if window < positions {
-			return nil, r.Errorf("sliding_window", "%d is shorter than max_position_embeddings %d: the Llama attends to every earlier position", window, positions)
-		}
+	window, err := r.IntOr("sliding_window", 0)
+	if err != nil {
+		return nil, err
 	}
-	return readLlamaLayout(r, "mistral", mistralClass, nil, false)
+	layout, err := readLlamaLayout(r, "mistral", mistralClass, nil, false)
+	if err != nil || window == 0 {
+		return layout, err
+	}
+	l := layout.(llamaLayout)
+	c := l.llama.Config
+	switch {
+	case r.seq == 0:
+		c.SeqLen = min(c.SeqLen, window)
+	case r.seq > window:
+		return nil, r.Errorf("sliding_window", "%d is shorter than the sequences of %d tokens asked for: the Llama attends to every earlier position, "+
+			"which is the window's attention only for sequences of at most %d tokens", window, r.seq, window)
+	}
+	c.SlidingWindow = window
+	if l.llama, err = models.NewLlama(c); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.Source, err)
+	}
+	l.fields = map[string]any{"sliding_window": window}
+	return l, nil
 }
 
 // llamaLayout is a models.Llama as the family of modelType (whose class is class) holds it:

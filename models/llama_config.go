@@ -9,8 +9,8 @@ import (
 	"github.com/onegpu/onegpu/layers"
 )
 
-// LlamaConfig is the shape of a Llama-class decoder (Llama 2 and 3, TinyLlama, Mistral without
-// sliding windows, Qwen2 with QKVBias): the fields of Hugging Face's LlamaConfig (config.json) the
+// LlamaConfig is the shape of a Llama-class decoder (Llama 2 and 3, TinyLlama, Mistral on
+// sequences within its sliding window, Qwen2 with QKVBias): the fields of Hugging Face's LlamaConfig (config.json) the
 // model needs, by their Go names, plus the sequence length it trains at.
 type LlamaConfig struct {
 	Vocab          int          // vocab_size: token ids are in [0, Vocab)
@@ -27,6 +27,7 @@ type LlamaConfig struct {
 	NormEpsilon    float64      // rms_norm_eps
 	TiedEmbeddings bool         // tie_word_embeddings: the output layer is the embedding table
 	QKVBias        bool         // q_proj, k_proj and v_proj have biases (Qwen2); o_proj has none
+	SlidingWindow  int          // sliding_window (Mistral), 0 for none: SeqLen at most this (see Validate)
 	Description    string       // one line for people
 }
 
@@ -66,6 +67,15 @@ func (c LlamaConfig) Validate() error {
 	}
 	if c.SeqLen > c.MaxPositions {
 		return fmt.Errorf("Llama config: SeqLen = %d exceeds MaxPositions = %d, the longest sequence the model reads", c.SeqLen, c.MaxPositions)
+	}
+	if c.SlidingWindow < 0 {
+		return fmt.Errorf("Llama config: SlidingWindow = %d must be 0 (none) or positive", c.SlidingWindow)
+	}
+	// A sliding window lets each position attend to at most SlidingWindow positions, itself
+	// included; the model attends to every earlier position, which is the same within the window.
+	if c.SlidingWindow > 0 && c.SeqLen > c.SlidingWindow {
+		return fmt.Errorf("Llama config: SeqLen = %d exceeds SlidingWindow = %d: the model attends to every earlier position, "+
+			"which is the sliding window's attention only for sequences of at most %d tokens", c.SeqLen, c.SlidingWindow, c.SlidingWindow)
 	}
 	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("Llama config: RopeTheta = %g must be a finite number above 1 (e.g. 10000 or 500000)", c.RopeTheta)

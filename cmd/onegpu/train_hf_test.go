@@ -222,3 +222,34 @@ func TestTrainRefusesParametersBeyondMemory(t *testing.T) {
 		t.Errorf("train llama-3.1-8b: %v", err)
 	}
 }
+
+// TestMistralWindowBoundsTheSequence: the Mistral fixture (sliding window 24, 128 positions)
+// evaluates sequences of 25 tokens (24 predicted: TestEvalMatchesTransformers compares them with
+// transformers), and refuses 26 tokens in eval (naming sliding_window) and --seq 25 in train.
+func TestMistralWindowBoundsTheSequence(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	fixture := filepath.Join("..", "..", "hf", "testdata", "mistral_window")
+	ids := func(n int) string {
+		path := filepath.Join(t.TempDir(), "ids.npy")
+		values := make([]int32, n)
+		for i := range values {
+			values[i] = int32(i)
+		}
+		if err := data.WriteNPYFile(path, tensors.FromFlatDataAndDimensions(values, 1, n)); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if err := runEval([]string{"--hf", fixture, "--tokens", ids(25)}, &bytes.Buffer{}); err != nil {
+		t.Errorf("eval on sequences within the window: %v", err)
+	}
+	const want = "sliding_window: 24 is shorter than the sequences of 25 tokens asked for"
+	if err := runEval([]string{"--hf", fixture, "--tokens", ids(26)}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("eval on sequences past the window: %v", err)
+	}
+	if err := runTrain([]string{"--init-hf", fixture, "--seq", "25", "--steps", "1"}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "--seq 25: Llama config: SeqLen = 25 exceeds SlidingWindow = 24") {
+		t.Errorf("train --seq past the window: %v", err)
+	}
+}

@@ -46,6 +46,15 @@ FIXTURES = {
                     num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
                     rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, rope_scaling=None),
         dtype=torch.bfloat16, max_shard_size="20KB", seed=2),
+    # Mistral with a sliding window (24) shorter than its positions (128) and as long as the
+    # fixture's sequences (SEQ): transformers applies the window, onegpu's full causal attention
+    # must give the same logits within it.
+    "mistral_window": dict(
+        model_type="mistral",
+        config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
+                    sliding_window=24, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
+        dtype=torch.float32, max_shard_size=None, seed=3),
 }
 BATCH, SEQ = 2, 24
 
