@@ -55,6 +55,16 @@ FIXTURES = {
                     num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
                     sliding_window=24, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False),
         dtype=torch.float32, max_shard_size=None, seed=3),
+    # Qwen2.5 style: biases on q_proj, k_proj and v_proj (random, like every weight here), rope_theta
+    # 1e6 without scaling, epsilon 1e-6, tied embeddings (as the 0.5B and 1.5B models), grouped-query
+    # attention without a sliding window; float32.
+    "qwen2_tied": dict(
+        model_type="qwen2",
+        config=dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                    rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                    use_sliding_window=False),
+        dtype=torch.float32, max_shard_size=None, seed=3),
 }
 BATCH, SEQ = 2, 24
 
