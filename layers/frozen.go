@@ -74,7 +74,7 @@ func quantizedWeight(ctx *context.Context, g *graph.Graph, in, features int, c q
 	scope := ctx.In(QuantizedScope).WithInitializer(initializers.Zero)
 	var parts []*graph.Node
 	for _, p := range layout.Parts() {
-		parts = append(parts, scope.VariableWithShape(p.Name, p.Shape).SetTrainable(false).ValueGraph(g))
+		parts = append(parts, ograph.FreezeVariable(ctx, scope.VariableWithShape(p.Name, p.Shape)).ValueGraph(g))
 	}
 	return quant.NewNodes(layout, parts...)
 }
@@ -115,7 +115,7 @@ func QuantizeWeights(ctx *context.Context, l LoRA) (int, error) {
 			} else if err := part.SetValue(value); err != nil {
 				return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
 			}
-			part.SetTrainable(false)
+			ograph.FreezeVariable(ctx, part)
 		}
 		if err := ctx.DeleteVariable(v.Scope(), v.Name()); err != nil {
 			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/quant"
 )
@@ -217,19 +218,24 @@ const (
 	LoRABName = "lora_B"
 )
 
-// IsAdapter reports whether v is a LoRA adapter's variable.
+// IsAdapter reports whether v is a LoRA adapter's weight (not its optimizer state, which an
+// optimizer may keep under a scope of the same path).
 func IsAdapter(v *context.Variable) bool {
+	if v.Name() != "weight" {
+		return false
+	}
 	scope := strings.TrimSuffix(v.Scope(), context.ScopeSeparator)
 	return strings.HasSuffix(scope, context.ScopeSeparator+LoRAAName) || strings.HasSuffix(scope, context.ScopeSeparator+LoRABName)
 }
 
-// FreezeBase marks every variable of ctx but the adapters not trainable: under LoRA the base
-// model gets no gradient and no optimizer state. Call it after the model's forward pass is built
-// (its variables exist) and before the gradients are.
+// FreezeBase marks every trainable variable of ctx but the adapters a frozen weight
+// (graph.FreezeVariable): under LoRA the base model gets no gradient and no optimizer state.
+// Call it after the model's forward pass is built (its variables exist) and before the gradients
+// are, on every build.
 func FreezeBase(ctx *context.Context) {
 	for v := range ctx.IterVariables() {
-		if !IsAdapter(v) {
-			v.SetTrainable(false)
+		if v.Trainable && !IsAdapter(v) {
+			ograph.FreezeVariable(ctx, v)
 		}
 	}
 }

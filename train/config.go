@@ -69,6 +69,17 @@ type Config struct {
 	DeviceBudget int64
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
 	Devices Devices
+	// LoRA trains low-rank adapters on the model's projections (layers.LoRA: rank, alpha,
+	// targets, dropout, rsLoRA) instead of the model: every other weight is frozen (no gradient, no
+	// optimizer state; graph.FreezeVariable), and the first step's loss is the base model's.
+	// LoRA.Quantize keeps the targeted base weights in a block code (QLoRA: quant.QLoRA()),
+	// quantized once, when the weights are set (SetWeights) or initialized. The zero value trains
+	// the whole model.
+	LoRA layers.LoRA
+	// BaseDType is, under LoRA, the dtype of the frozen base's weights (bfloat16 halves them); the
+	// adapters and their optimizer state follow the policy's param dtype. InvalidDType: the
+	// policy's param dtype.
+	BaseDType dtypes.DType
 	// Seed fixes the initial weights, the dropout masks and the data.
 	Seed uint64
 }
@@ -201,6 +212,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("clip norm %g: clip by a positive finite global norm, or 0 for no clipping", c.ClipNorm)
 	}
 	if err := c.checkOffload(); err != nil {
+		return err
+	}
+	if err := c.validateLoRA(); err != nil {
 		return err
 	}
 	return c.Devices.validate(c.Batch, c.microBatches())

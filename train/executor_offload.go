@@ -83,7 +83,7 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		t.Config.Settings().Apply(ctx, inputs[0].Graph())
-		r := chain.Gradients(ctx, inputs, t.Config.Model.Loss)
+		r := chain.Gradients(ctx, inputs, t.lossFn())
 		t.checkRematKinds(inputs[0].Graph())
 		for i, v := range r.Variables {
 			v.SetValueGraph(graph.ConvertDType(r.Gradients[i], v.DType()))

@@ -20,6 +20,9 @@ func (t *Trainer) Initialize() error {
 	if t.started {
 		return fmt.Errorf("initialize: the trainer has already run a step")
 	}
+	if err := t.quantizeBase(); err != nil {
+		return err
+	}
 	p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
 	if err != nil {
 		return fmt.Errorf("building the train step: %w", err)

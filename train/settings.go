@@ -3,6 +3,7 @@ package train
 import (
 	"slices"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
@@ -31,19 +32,35 @@ type Settings struct {
 	// (layers.SetAttention, layers.SetCrossEntropy); the zero values compute them whole.
 	Attention    layers.Attention
 	CrossEntropy layers.CrossEntropy
+	// LoRA adapts the model's projections (layers.SetLoRA) and BaseDType is its frozen weights'
+	// dtype (the param dtype of the policy set on the context; the adapters keep Policy's): see
+	// Config.LoRA. The zero LoRA adapts nothing.
+	LoRA      layers.LoRA
+	BaseDType dtypes.DType
 }
 
 // Settings are the settings of c's train step: training mode and the run's policy, remat,
-// attention and cross-entropy.
+// attention, cross-entropy and adapters.
 func (c Config) Settings() Settings {
-	return Settings{Training: true, Policy: c.Policy, Remat: c.Remat, Attention: c.Attention, CrossEntropy: c.CrossEntropy}
+	return Settings{Training: true, Policy: c.Policy, Remat: c.Remat, Attention: c.Attention, CrossEntropy: c.CrossEntropy,
+		LoRA: c.LoRA, BaseDType: c.BaseDType}
 }
 
 // Apply sets s on ctx's scope (the root scope, for a whole model) for the graph g being built:
 // call it first in a graph function, before the model builds anything.
 func (s Settings) Apply(ctx *context.Context, g *graph.Graph) {
 	ctx.SetTraining(g, s.Training)
-	mixed.SetPolicy(ctx, s.Policy)
+	policy, lora := s.Policy, s.LoRA
+	if lora.Active() {
+		if lora.DType == dtypes.InvalidDType {
+			lora.DType = policy.Param
+		}
+		if s.BaseDType != dtypes.InvalidDType {
+			policy.Param = s.BaseDType
+		}
+	}
+	mixed.SetPolicy(ctx, policy)
+	layers.SetLoRA(ctx, lora)
 	remat.SetBlocks(ctx, remat.With(s.Remat.Policy), s.Remat.Kinds...)
 	layers.SetAttention(ctx, s.Attention)
 	layers.SetCrossEntropy(ctx, s.CrossEntropy)

@@ -22,7 +22,7 @@ func (t *Trainer) StepFn() accum.StepFn {
 		g := inputs[0].Graph()
 		t.Config.Settings().Apply(ctx, g)
 		optim.ApplySchedule(ctx, g, t.Config.Schedule)
-		r := chain.Step(ctx, inputs, t.Config.Model.Loss)
+		r := chain.Step(ctx, inputs, t.lossFn())
 		t.checkRematKinds(g)
 		finite := optim.Finite(ctx, g)
 		return append(r.Outputs(), r.Count, finite, movingAverage(ctx, g, r.Loss, finite))

@@ -115,6 +115,11 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		outs []*tensors.Tensor
 		g    *graph.Graph
 	)
+	if !t.started {
+		if err := t.quantizeBase(); err != nil {
+			return nil, nil, err
+		}
+	}
 	before := t.Steps()
 	t.started = true
 	err := ograph.CatchPanic(func() {

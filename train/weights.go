@@ -20,5 +20,5 @@ func (t *Trainer) SetWeights(load func(ctx *context.Context) error) error {
 	}
 	// The step's graph finds the variables instead of creating them, as after Initialize.
 	t.Ctx = t.Ctx.Checked(false)
-	return nil
+	return t.quantizeBase() // QLoRA: quantized once, as loaded
 }

@@ -36,6 +36,7 @@ type setup struct {
 	seq                                                           int
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
+	lora                                                          loraFlags
 	fs                                                            *flag.FlagSet
 	// base, when set, is the run the flags apply to instead of the model's preset's (train
 	// --init-hf: the shape of a checkpoint's config.json).
@@ -63,6 +64,7 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
 	fs.Var(&s.xlaPresets, "xla-preset", "XLA_FLAGS preset for an XLA backend only (repeatable; see onegpu flags -h) (default: none)")
 	fs.IntVar(&s.devices, "devices", 1, "devices of the XLA backend to split each batch across (data parallel, XLA's SPMD partitioner)")
+	s.lora.register(fs)
 	fs.StringVar(&s.shard, "shard", "none", "with --devices N: what is split across devices instead of copied: none, optimizer (ZeRO-1) or params (params, gradients and optimizer state: FSDP)")
 	s.registerChunking(fs)
 }
@@ -201,6 +203,9 @@ func (s *setup) config() (train.Config, error) {
 		c.MicroBatches = s.microBatches
 	}
 	if c.Devices, err = s.parseDevices(); err != nil {
+		return c, err
+	}
+	if err := s.lora.apply(&c, set); err != nil {
 		return c, err
 	}
 	if err := c.Validate(); err != nil {

@@ -132,7 +132,7 @@ func sameFolder(a, b string) bool {
 	return errA == nil && errB == nil && absA == absB
 }
 
-// load opens --init-hf into the trainer's context, in the policy's parameter dtype (hf.Open),
+// load opens --init-hf into the trainer's context, in the weights' dtype (hf.Open; --base-dtype under --lora),
 // unless the run resumes from a checkpoint, whose weights it continues from.
 func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Writer) error {
 	if h.initDir == "" {
@@ -149,7 +149,7 @@ func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Wri
 		seq, _ = lm.TokenShape()
 	}
 	err := t.SetWeights(func(ctx *context.Context) error {
-		_, err := hf.Open(ctx, h.initDir, t.Config.Policy.Param, seq)
+		_, err := hf.Open(ctx, h.initDir, t.Config.WeightDType(), seq)
 		return err
 	})
 	if err != nil {

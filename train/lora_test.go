@@ -1,0 +1,129 @@
+package train_test
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
+
+	"github.com/onegpu/onegpu/data"
+	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/quant"
+	"github.com/onegpu/onegpu/train"
+)
+
+// allProjections adapts every projection of the Llama's layers.
+var allProjections = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// TestLoRAStartsAtTheBase: the tiny Llama's first loss with LoRA on every projection equals the
+// base model's bit for bit (B starts at zero), in float32 and with bfloat16 compute, 2
+// micro-batches and remat of whole layers; after 4 steps every base weight is bit-identical,
+// every adapter has moved, the loss fell, and the optimizer holds state for the adapters only.
+func TestLoRAStartsAtTheBase(t *testing.T) {
+	for _, policy := range []mixed.Policy{mixed.Float32, {Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}} {
+		base := llamaReference(t)
+		base.Policy, base.MicroBatches, base.Remat = policy, 2, train.Remat{Kinds: []string{"block"}}
+		adapted := base
+		adapted.LoRA = layers.LoRA{Rank: 4, Alpha: 8, Targets: allProjections}
+		first := llamaLosses(t, testkit.Embedded(), base, 1)
+		tr, err := train.New(testkit.Embedded(), adapted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Initialize(); err != nil {
+			t.Fatal(err)
+		}
+		before := testkit.Variables(t, tr.Ctx)
+		seq, _ := adapted.Model.(train.LanguageModel).TokenShape()
+		batches, err := data.NewText(data.Corpus, adapted.Batch, seq, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := tr.Run(batches, train.RunOptions{Steps: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Steps[0].Loss != first[0] {
+			t.Errorf("%s: first loss %.9g with LoRA, %.9g without: want the same bits", policy, h.Steps[0].Loss, first[0])
+		}
+		if !(h.Steps[3].Loss < h.Steps[0].Loss) {
+			t.Errorf("%s: LoRA did not lower the loss: %.6g -> %.6g", policy, h.Steps[0].Loss, h.Steps[3].Loss)
+		}
+		after := testkit.Variables(t, tr.Ctx)
+		var adapters, state, adapterParams int
+		for v := range tr.Ctx.IterVariables() {
+			name := v.ScopeAndName()
+			switch role := ograph.VariableRole(tr.Ctx, v); {
+			case layers.IsAdapter(v):
+				adapters++
+				adapterParams += v.Shape().Size()
+				if role != ograph.RoleTrainable || slices.Equal(testkit.Floats(before[name]), testkit.Floats(after[name])) {
+					t.Errorf("%s: adapter %s (%s) did not train", policy, name, role)
+				}
+			case role == ograph.RoleFrozen:
+				if !slices.Equal(testkit.Bits(before[name]), testkit.Bits(after[name])) {
+					t.Errorf("%s: frozen weight %s changed", policy, name)
+				}
+			case role == ograph.RoleTrainable:
+				t.Errorf("%s: base weight %s is trainable", policy, name)
+			case role == ograph.RoleOptimizerState:
+				state += v.Shape().Size()
+			}
+		}
+		// Adam's two moments for each adapter parameter (plus scalars): nothing for the base.
+		if adapters != 2*7*2 || state != 2*adapterParams {
+			t.Errorf("%s: %d adapter variables (want 28), optimizer state %d values for %d adapter parameters (want twice)", policy, adapters, state, adapterParams)
+		}
+	}
+}
+
+// TestQLoRAFollowsLoRA: rank 8 on every projection of the tiny Llama, 50 steps: with the base in
+// NF4 (quantized once from the seed's weights) the final loss is within 2% of LoRA's with the
+// float base, and both lower the loss (the figures are logged).
+func TestQLoRAFollowsLoRA(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100 steps of the tiny Llama")
+	}
+	config := llamaReference(t)
+	config.LoRA = layers.LoRA{Rank: 8, Alpha: 16, Targets: allProjections}
+	lora := llamaLosses(t, testkit.Embedded(), config, 50)
+	config.LoRA.Quantize = quant.QLoRA()
+	qlora := llamaLosses(t, testkit.Embedded(), config, 50)
+	t.Logf("tiny Llama, rank 8 on every projection, 50 steps: LoRA %.4f -> %.4f, QLoRA (NF4 base) %.4f -> %.4f (final %.2f%% apart)",
+		lora[0], lora[49], qlora[0], qlora[49], 100*math.Abs(qlora[49]-lora[49])/lora[49])
+	if math.Abs(qlora[49]-lora[49]) > 0.02*lora[49] || !(lora[49] < lora[0]) || !(qlora[49] < qlora[0]) {
+		t.Errorf("LoRA %g -> %g, QLoRA %g -> %g: want both lower, the finals within 2%%", lora[0], lora[49], qlora[0], qlora[49])
+	}
+}
+
+// TestLoRAConfigErrors: a target the model lacks, a rank larger than a matrix, a base dtype
+// without LoRA and LoRA with an offload mode are errors before any step runs.
+func TestLoRAConfigErrors(t *testing.T) {
+	for want, edit := range map[string]func(c *train.Config){
+		"Config.LoRA targets x_proj, which the model does not have: its projections are": func(c *train.Config) {
+			c.LoRA = layers.LoRA{Rank: 2, Targets: []string{"q_proj", "x_proj"}}
+		},
+		"LoRA.Rank 40 is larger than k_proj's matrix [32, 64]":               func(c *train.Config) { c.LoRA = layers.LoRA{Rank: 40, Targets: []string{"k_proj"}} },
+		"Config.BaseDType BFloat16 is the dtype of a LoRA run's frozen base": func(c *train.Config) { c.BaseDType = dtypes.BFloat16 },
+		"Config.LoRA with Config.Offload optimizer": func(c *train.Config) {
+			c.LoRA, c.Offload = layers.LoRA{Rank: 2}, train.OffloadOptimizer
+		},
+		"Config.LoRA: lora: LoRA.Dropout 2 must be in [0, 1)": func(c *train.Config) { c.LoRA = layers.LoRA{Rank: 2, Dropout: 2} },
+	} {
+		c := llamaReference(t)
+		edit(&c)
+		tr, err := train.New(testkit.Embedded(), c)
+		if err == nil {
+			err = tr.Initialize()
+			tr.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want one saying %q", err, want)
+		}
+	}
+}
