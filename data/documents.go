@@ -3,7 +3,9 @@ package data
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,7 +114,7 @@ func ReadDocuments(path string, format TextFormat) (*Documents, error) {
 
 // readTextFile reads one .txt file as one document or, with a separator, as several.
 func readTextFile(path string, format TextFormat) (*Documents, error) {
-	raw, err := regularfile.ReadAtMost(path, MaxTextBytes)
+	raw, err := regularfile.ReadLinked(path, MaxTextBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +138,7 @@ func readTextFolder(dir string, format TextFormat) (*Documents, error) {
 	parts := [][]byte{}
 	var total int64
 	for _, name := range names {
-		raw, err := regularfile.ReadAtMost(name, MaxTextBytes-total)
+		raw, err := regularfile.ReadLinked(name, MaxTextBytes-total)
 		if err != nil {
 			return nil, err
 		}
@@ -165,6 +167,24 @@ func appendTexts(docs []Document, texts [][]byte) []Document {
 		docs = append(docs, Document{Pieces: []Piece{{Text: string(t), Trained: true}}, BOS: true, EOS: true})
 	}
 	return docs
+}
+
+// HashFiles returns the SHA-256 of the named files' names (without their folder) and bytes, each
+// prefixed by its length; a file that does not exist counts as absent. It is what the cache and a
+// checkpoint know a tokenizer by (its tokenizer.json and the configs that name BOS and EOS).
+func HashFiles(paths ...string) ([32]byte, error) {
+	var parts [][]byte
+	for _, path := range paths {
+		raw, err := regularfile.ReadLinked(path, MaxTextBytes)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return [32]byte{}, err
+		}
+		parts = append(parts, []byte(filepath.Base(path)), raw)
+	}
+	return partsHash(parts), nil
 }
 
 // partsHash is the SHA-256 of the parts read, each prefixed by its length so that no two

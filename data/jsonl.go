@@ -39,7 +39,7 @@ var (
 // "completion": ...} or {"messages": [{"role": ..., "content": ...}, ...]}, as the first record
 // says; other fields are ignored.
 func readJSONL(path string, format TextFormat) (*Documents, error) {
-	raw, err := regularfile.ReadAtMost(path, MaxTextBytes)
+	raw, err := regularfile.ReadLinked(path, MaxTextBytes)
 	if err != nil {
 		return nil, err
 	}

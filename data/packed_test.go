@@ -3,6 +3,7 @@ package data_test
 import (
 	"cmp"
 	"crypto/sha256"
+	"hash/fnv"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -28,32 +29,53 @@ func newByteTokenizer(specials ...string) byteTokenizer {
 	return byteTokenizer{specials: specials, calls: new(atomic.Int64), name: "bytes"}
 }
 
-func (b byteTokenizer) Encode(text string) ([]int32, []int, error) {
+func (b byteTokenizer) Encode(text string, addSpecial bool) []int {
 	b.calls.Add(1)
-	var ids []int32
-	var starts []int
+	var ids []int
 outer:
 	for i := 0; i < len(text); {
 		for k, s := range b.specials {
 			if strings.HasPrefix(text[i:], s) {
-				ids, starts = append(ids, int32(256+k)), append(starts, i)
+				ids = append(ids, 256+k)
 				i += len(s)
 				continue outer
 			}
 		}
-		ids, starts = append(ids, int32(text[i])), append(starts, i)
+		ids = append(ids, int(text[i]))
 		i++
 	}
-	return ids, starts, nil
+	return ids
 }
 
-func (b byteTokenizer) BOS() int32 { return int32(256 + len(b.specials)) }
-func (b byteTokenizer) EOS() int32 { return int32(257 + len(b.specials)) }
-func (b byteTokenizer) SHA256() [32]byte {
+func (b byteTokenizer) BOS() (int, bool) { return 256 + len(b.specials), true }
+func (b byteTokenizer) EOSTokens() []int { return []int{257 + len(b.specials)} }
+func (b byteTokenizer) sha256() [32]byte {
 	return sha256.Sum256([]byte(b.name + strings.Join(b.specials, "\x00")))
 }
-func (b byteTokenizer) vocab() int                      { return 258 + len(b.specials) }
 func (b byteTokenizer) withName(n string) byteTokenizer { b.name = n; return b }
+
+// wordTokenizer is a tokenizer for tests that merges across spaces as byte-level BPE does: a
+// token is a run of non-spaces with the space before it; a space at the end is a token of its
+// own. Ids are the words' hashes.
+type wordTokenizer struct{}
+
+func (wordTokenizer) Encode(text string, addSpecial bool) []int {
+	var ids []int
+	for start := 0; start < len(text); {
+		end := start + 1
+		for end < len(text) && text[end] != ' ' {
+			end++
+		}
+		h := fnv.New32a()
+		h.Write([]byte(text[start:end]))
+		ids = append(ids, int(h.Sum32()%1000))
+		start = end
+	}
+	return ids
+}
+
+func (wordTokenizer) BOS() (int, bool) { return 0, false }
+func (wordTokenizer) EOSTokens() []int { return nil }
 
 // TestTokenizeMarksTrainedPieces: a document's tokens carry the loss where their text starts in a
 // trained piece; the BOS never does, the EOS always; special tokens written in the text are theirs.
@@ -67,7 +89,7 @@ func TestTokenizeMarksTrainedPieces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bos, eos := tok.BOS(), tok.EOS()
+	bos, eos := int32(257), int32(258)
 	want := &data.Tokenized{
 		IDs:     []int32{bos, 'a', 'b', 'c', 256, 'd', bos, 'x', 'y', eos},
 		Trained: []uint8{0, 0, 0, 1, 1, 0, 0, 1, 1, 1},
@@ -75,6 +97,18 @@ func TestTokenizeMarksTrainedPieces(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("tokenized\n %+v\nwant\n %+v", got, want)
+	}
+	// A token that holds text of both sides of a change carries the loss.
+	words, err := data.Tokenize([]data.Document{
+		{Pieces: []data.Piece{{Text: "The capital is "}, {Text: "Paris", Trained: true}, {Text: " today"}}},
+		{Pieces: []data.Piece{{Text: "x"}, {Text: "ab", Trained: true}, {Text: "c d"}}},
+	}, wordTokenizer{}, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "The", " capital", " is", " Paris", " today"; "xabc", " d"
+	if w := []uint8{0, 0, 0, 1, 0, 1, 0}; !reflect.DeepEqual(words.Trained, w) {
+		t.Errorf("words' trained flags %v, want %v", words.Trained, w)
 	}
 }
 
@@ -233,22 +267,22 @@ func TestReadTokenizedCache(t *testing.T) {
 	path := writeFile(t, "notes.jsonl", `{"prompt": "a", "completion": "b"}`+"\n"+`{"prompt": "cd", "completion": "e"}`)
 	cache := filepath.Join(t.TempDir(), "cache")
 	tok := newByteTokenizer()
-	first, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: tok, CacheDir: cache})
+	first, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: tok, TokenizerSHA256: tok.sha256(), CacheDir: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Cached || tok.calls.Load() != 2 {
+	if first.Cached || tok.calls.Load() != 4 { // each document and its prompt
 		t.Fatalf("first read: cached %v after %d encodings", first.Cached, tok.calls.Load())
 	}
-	again, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: tok, CacheDir: cache})
+	again, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: tok, TokenizerSHA256: tok.sha256(), CacheDir: cache})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !again.Cached || tok.calls.Load() != 2 || !reflect.DeepEqual(again.Tokenized, first.Tokenized) || again.CachePath != first.CachePath {
+	if !again.Cached || tok.calls.Load() != 4 || !reflect.DeepEqual(again.Tokenized, first.Tokenized) || again.CachePath != first.CachePath {
 		t.Errorf("second read: cached %v, %d encodings, same ids %v", again.Cached, tok.calls.Load(), reflect.DeepEqual(again.Tokenized, first.Tokenized))
 	}
 	other := newByteTokenizer().withName("other")
-	if o, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: other, CacheDir: cache}); err != nil || o.Cached || o.CachePath == first.CachePath {
+	if o, err := data.ReadTokenized(path, data.TokenizeOptions{Tokenizer: other, TokenizerSHA256: other.sha256(), CacheDir: cache}); err != nil || o.Cached || o.CachePath == first.CachePath {
 		t.Errorf("another tokenizer: cached %v (%v)", o != nil && o.Cached, err)
 	}
 }

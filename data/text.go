@@ -12,6 +12,9 @@ import (
 type TokenizeOptions struct {
 	Format    TextFormat
 	Tokenizer Tokenizer
+	// TokenizerSHA256 identifies the tokenizer (the hash of its files, HashFiles): equal hashes,
+	// equal ids. The cache and checkpoints know the tokenizer by it.
+	TokenizerSHA256 [32]byte
 	// CacheDir, when set, is the folder of the tokenized data's cache (see cache.go): a data set
 	// tokenized once is read back from it by the hashes of the data and the tokenizer.
 	CacheDir string
@@ -38,14 +41,14 @@ type TokenizedText struct {
 // or reads its ids from the cache when an earlier run tokenized the same data with the same
 // tokenizer. Every error of the data (ReadDocuments') comes before any tokenizing.
 func ReadTokenized(path string, opts TokenizeOptions) (*TokenizedText, error) {
-	if opts.Tokenizer == nil {
-		return nil, fmt.Errorf("%s: text data needs a tokenizer (TokenizeOptions.Tokenizer)", path)
+	if opts.Tokenizer == nil || opts.TokenizerSHA256 == [32]byte{} {
+		return nil, fmt.Errorf("%s: text data needs a tokenizer and its hash (TokenizeOptions.Tokenizer, TokenizerSHA256)", path)
 	}
 	docs, err := ReadDocuments(path, opts.Format)
 	if err != nil {
 		return nil, err
 	}
-	t := &TokenizedText{Source: path, Kind: docs.Kind, DataSHA256: docs.SHA256, TokenizerSHA256: opts.Tokenizer.SHA256(), Format: opts.Format}
+	t := &TokenizedText{Source: path, Kind: docs.Kind, DataSHA256: docs.SHA256, TokenizerSHA256: opts.TokenizerSHA256, Format: opts.Format}
 	key := cacheKey(t.DataSHA256, t.TokenizerSHA256, opts.Format)
 	if opts.CacheDir != "" {
 		t.CachePath = cachePath(opts.CacheDir, key)

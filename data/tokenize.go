@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,20 +11,18 @@ import (
 	"github.com/onegpu/onegpu/internal/progress"
 )
 
-// Tokenizer is what text data needs of a tokenizer (cmd/onegpu adapts tokenizer.Tokenizer to
-// it). Its methods must be safe for concurrent use: documents are tokenized in parallel.
+// Tokenizer is what text data needs of a tokenizer: *tokenizer.Tokenizer has these methods. They
+// must be safe for concurrent use: documents are tokenized in parallel.
 type Tokenizer interface {
 	// Encode returns the token ids of text, the special tokens written in it (e.g. "<|eot_id|>")
-	// as their ids and no token added (no BOS), and for each token the byte offset in text where
-	// its text starts (non-decreasing; a token that starts inside a trained piece carries the
-	// loss).
-	Encode(text string) (ids []int32, starts []int, err error)
-	// BOS and EOS are the ids a document starts and ends with (Document.BOS and EOS), or -1 for
-	// a tokenizer that has none.
-	BOS() int32
-	EOS() int32
-	// SHA256 identifies the tokenizer: equal hashes, equal ids (the hash of its files).
-	SHA256() [32]byte
+	// as their ids; addSpecial adds the post-processor's tokens (text data asks for none, and adds
+	// BOS and EOS itself).
+	Encode(text string, addSpecial bool) []int
+	// BOS is the id a document starts with (Document.BOS); ok is false when the tokenizer has none.
+	BOS() (id int, ok bool)
+	// EOSTokens are the ids that end a text; the first ends a document (Document.EOS), none when
+	// empty.
+	EOSTokens() []int
 }
 
 // Tokenized is a data set as token ids: each document's ids and, per token, whether predicting it
@@ -48,9 +47,10 @@ func (t *Tokenized) Document(i int) (ids []int32, trained []uint8) {
 }
 
 // Tokenize encodes the documents with tok, in parallel, drawing a progress line on progress (nil:
-// none). Each document is encoded whole, so that its ids are those the tokenizer gives its text;
-// a token carries the loss when its text starts in a trained piece. It returns the first error
-// of the tokenizer, naming the document.
+// none). Each document's text is encoded whole, so that its ids are those the tokenizer gives the
+// text (what transformers gives the rendered chat template), and a token carries the loss when it
+// holds text of a trained piece (see trainedSplit). It returns an error naming a document whose
+// ids do not fit in int32.
 func Tokenize(docs []Document, tok Tokenizer, progressTo io.Writer, what string) (*Tokenized, error) {
 	type result struct {
 		ids     []int32
@@ -98,41 +98,71 @@ func Tokenize(docs []Document, tok Tokenizer, progressTo io.Writer, what string)
 	return t, nil
 }
 
-// tokenizeDocument encodes one document's text and marks the tokens that start in its trained
+// tokenizeDocument encodes one document's text and marks the tokens that hold text of its trained
 // pieces, with the tokenizer's BOS and EOS around it as the document asks.
 func tokenizeDocument(d Document, tok Tokenizer) ([]int32, []uint8, error) {
 	text := d.Text()
-	ids, starts, err := tok.Encode(text)
-	if err != nil {
-		return nil, nil, err
+	ids := tok.Encode(text, false)
+	flags := make([]uint8, len(ids))
+	// Walk the pieces; at each change of Trained, find where the tokens change.
+	from, at, trained, started := 0, 0, false, false
+	for _, p := range d.Pieces {
+		if p.Text == "" {
+			continue
+		}
+		if started && p.Trained != trained {
+			split := trainedSplit(tok, text[:at], ids, trained)
+			split = max(split, from)
+			fill(flags[from:split], trained)
+			from = split
+		}
+		trained, started = p.Trained, true
+		at += len(p.Text)
 	}
-	if len(starts) != len(ids) {
-		return nil, nil, fmt.Errorf("the tokenizer gave %d ids and %d offsets", len(ids), len(starts))
-	}
+	fill(flags[from:], trained)
 	var outIDs []int32
-	var trained []uint8
-	if bos := tok.BOS(); d.BOS && bos >= 0 {
-		outIDs, trained = append(outIDs, bos), append(trained, 0)
-	}
-	piece, end := 0, 0 // the piece holding offset `end`-ish: pieces ends, walked as offsets grow
-	if len(d.Pieces) > 0 {
-		end = len(d.Pieces[0].Text)
+	var outFlags []uint8
+	if bos, ok := tok.BOS(); d.BOS && ok {
+		outIDs, outFlags = append(outIDs, int32(bos)), append(outFlags, 0)
 	}
 	for j, id := range ids {
-		for piece < len(d.Pieces)-1 && starts[j] >= end {
-			piece++
-			end += len(d.Pieces[piece].Text)
+		if id < 0 || id > math.MaxInt32 {
+			return nil, nil, fmt.Errorf("token id %d does not fit in int32", id)
 		}
-		flag := uint8(0)
-		if len(d.Pieces) > 0 && d.Pieces[piece].Trained {
-			flag = 1
+		outIDs, outFlags = append(outIDs, int32(id)), append(outFlags, flags[j])
+	}
+	if eos := tok.EOSTokens(); d.EOS && len(eos) > 0 {
+		outIDs, outFlags = append(outIDs, int32(eos[0])), append(outFlags, 1)
+	}
+	return outIDs, outFlags, nil
+}
+
+// trainedSplit returns the index of the first token of ids (the whole text's) that belongs after
+// prefix, a prefix of the text ending where the pieces change from trained (wasTrained) or to
+// it. The tokens the prefix's own encoding shares with the whole text's lie within it; the next
+// one starts in it when the prefix ends inside a word the tokenizer merges across the change: such
+// a token holds text of both sides and carries the loss. Where the change falls on a split the
+// tokenizer makes anyway (after a newline or a special token, as the chat templates write them),
+// the prefix's ids are a prefix of the text's and the split is exact.
+func trainedSplit(tok Tokenizer, prefix string, ids []int, wasTrained bool) int {
+	head := tok.Encode(prefix, false)
+	shared := 0
+	for shared < len(head) && shared < len(ids) && head[shared] == ids[shared] {
+		shared++
+	}
+	if shared < len(head) && wasTrained && shared < len(ids) {
+		return shared + 1 // the token across the change holds trained text
+	}
+	return shared
+}
+
+// fill sets flags to 1 where trained.
+func fill(flags []uint8, trained bool) {
+	if trained {
+		for i := range flags {
+			flags[i] = 1
 		}
-		outIDs, trained = append(outIDs, id), append(trained, flag)
 	}
-	if eos := tok.EOS(); d.EOS && eos >= 0 {
-		outIDs, trained = append(outIDs, eos), append(trained, 1)
-	}
-	return outIDs, trained, nil
 }
 
 // countString writes a count with a k or M suffix.

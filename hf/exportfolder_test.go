@@ -141,6 +141,7 @@ func TestExportChecksBeforeWriting(t *testing.T) {
 	source := func(name string, make func(path string) error) string {
 		dir := filepath.Join(root, "source-"+strings.ReplaceAll(name, "/", "-"))
 		copyDir(t, untiedDir, dir)
+		_ = os.Remove(filepath.Join(dir, "tokenizer.json")) // the fixture's own, replaced
 		if err := make(filepath.Join(dir, "tokenizer.json")); err != nil {
 			t.Fatal(err)
 		}

@@ -5,9 +5,15 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
 )
@@ -100,5 +106,63 @@ func TestPackedLossIsExactInMicroBatches(t *testing.T) {
 			}
 			t.Logf("%s: step %d loss %.8g vs %.8g (relative %.2g)", c.name, i, got[i], want[i], rel)
 		}
+	}
+}
+
+// TestPackedLossMatchesTransformers: the fixture's 60 prompt/completion records (the ids and
+// loss-carrying targets transformers' fixture script computed), packed into 26 sequences of 128
+// (two or three a sequence, 95.3% filled): the packed batches' loss sum over the committed Llama equals the sum of the
+// records' losses transformers computed each alone with labels -100 on the prompt, within 1e-5
+// relative in float32; the count of targets is theirs; so the completion-only mean is
+// transformers' too. Plain and chunked attention and loss.
+func TestPackedLossMatchesTransformers(t *testing.T) {
+	fx := testkit.ReadTextFixture(t, "llama3_untied")
+	tk := &data.Tokenized{Starts: []int64{0}}
+	var wantSum float64
+	var wantCount int
+	for _, r := range fx.NoteRecords {
+		for j, id := range r.IDs {
+			tk.IDs, tk.Trained = append(tk.IDs, int32(id)), append(tk.Trained, uint8(r.Trained[j]))
+		}
+		tk.Starts = append(tk.Starts, int64(len(tk.IDs)))
+		wantSum += r.LossSum
+		wantCount += r.Count
+	}
+	const seq, batch = 128, 4
+	packed, err := data.NewPacked(&data.TokenizedText{Source: "notes", Kind: "prompt/completion", Tokenized: tk}, seq, batch, 256, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", packed.Packing())
+	p, err := hf.Open(context.New(), fx.Dir, dtypes.Float32, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.Model.(models.Llama)
+	m.Packed = true
+	for _, chunked := range []bool{false, true} {
+		loaded := &train.Loaded{Model: m, Policy: mixed.Float32, Backend: embedded(), Ctx: p.Ctx}
+		if chunked {
+			loaded.Attention, loaded.CrossEntropy = layers.Attention{Chunked: true, Block: 48}, layers.CrossEntropy{Chunk: 100}
+		}
+		var sum, count float64
+		for i := range packed.EvalBatches() {
+			b := packed.EvalBatch(i)
+			mean, _, err := loaded.Loss(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n float64
+			for _, w := range tensors.MustCopyFlatData[float32](b[4]) {
+				n += float64(w)
+			}
+			sum, count = sum+mean*n, count+n
+		}
+		rel := math.Abs(sum-wantSum) / wantSum
+		if rel > 1e-5 || count != float64(wantCount) {
+			t.Errorf("chunked %v: packed loss sum %.6f over %g targets; transformers, each record alone: %.6f over %d (relative %.2g)",
+				chunked, sum, count, wantSum, wantCount, rel)
+		}
+		t.Logf("chunked %v: completion-only loss %.7f, transformers %.7f (sums relative %.2g)", chunked, sum/count, wantSum/float64(wantCount), rel)
 	}
 }

@@ -76,6 +76,7 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 	}
 	withTokenizer := func(name string, make func(path string) error) string {
 		dir := copyFolder(t, hfFixture, filepath.Join(root, "base-"+name))
+		_ = os.Remove(filepath.Join(dir, "tokenizer.json")) // the fixture's own, replaced
 		if err := make(filepath.Join(dir, "tokenizer.json")); err != nil {
 			t.Fatal(err)
 		}
