@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
+	"github.com/onegpu/onegpu/internal/hostmemory"
+	"github.com/onegpu/onegpu/internal/regularfile"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -95,103 +96,140 @@ func WriteNPYFile(path string, t *tensors.Tensor) error {
 	return f.Close()
 }
 
-var (
-	npyDescrRE = regexp.MustCompile(`'descr':\s*'([^']*)'`)
-	npyOrderRE = regexp.MustCompile(`'fortran_order':\s*(True|False)`)
-	npyShapeRE = regexp.MustCompile(`'shape':\s*\(([^)]*)\)`)
-)
-
 // npyMaxHeader bounds the header's length, as NumPy's max_header_size does (10,000 bytes there):
 // a header is a short dict, and a corrupt length must not make ReadNPY allocate gigabytes.
 const npyMaxHeader = 1 << 16
 
+// npyHeader is what a .npy file's header says: the data's dtype and shape, and where the data
+// starts.
+type npyHeader struct {
+	shape     shapes.Shape
+	shapeText string // as the header writes it, for messages
+	dataStart int64  // bytes before the data: magic, version, length, header
+}
+
+// dataBytes is the size of the data the header describes.
+func (h npyHeader) dataBytes() int64 { return int64(h.shape.Size()) * int64(h.shape.DType.Size()) }
+
 // ReadNPY reads a .npy file (versions 1.0 to 3.0, C order, little-endian) of one of the dtypes
-// WriteNPY writes. A header that cannot be right (negative dimensions, more values than onegpu
-// counts, an overlong header) and data shorter than the header's shape are errors; nothing is
-// allocated for data the reader does not hold.
+// WriteNPY writes, from r, leaving in r what follows the data. A header that cannot be right
+// (another key than numpy's three, negative dimensions, more values than onegpu counts, an
+// overlong header), data larger than this machine's available memory and data shorter than the
+// header's shape are errors; nothing is allocated for data the reader does not hold. A key the
+// header gives twice takes its last value, as in numpy.
 func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
+	h, err := readNPYHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.checkMemory(); err != nil {
+		return nil, err
+	}
+	// Read what the reader holds, up to the size the header claims, before allocating the tensor.
+	want := h.dataBytes()
+	raw, err := io.ReadAll(io.LimitReader(r, want))
+	if err != nil {
+		return nil, fmt.Errorf("npy: data: %w", err)
+	}
+	if int64(len(raw)) < want {
+		return nil, fmt.Errorf("npy: data: the header's shape (%s) of %s needs %d bytes, the file holds %d", h.shapeText, h.shape.DType, want, len(raw))
+	}
+	return h.tensor(bytes.NewReader(raw))
+}
+
+// readNPYHeader reads a .npy file's magic, version and header.
+func readNPYHeader(r io.Reader) (npyHeader, error) {
+	var h npyHeader
 	prefix := make([]byte, len(npyMagic)+2)
 	if _, err := io.ReadFull(r, prefix); err != nil {
-		return nil, fmt.Errorf("npy: %w", err)
+		return h, fmt.Errorf("npy: %w", err)
 	}
 	if string(prefix[:len(npyMagic)]) != npyMagic {
-		return nil, fmt.Errorf("npy: not a .npy file (bad magic)")
+		return h, fmt.Errorf("npy: not a .npy file (bad magic)")
 	}
 	var headerLen int
 	switch major := prefix[len(npyMagic)]; major {
 	case 1:
 		var n uint16
 		if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
-			return nil, fmt.Errorf("npy: %w", err)
+			return h, fmt.Errorf("npy: %w", err)
 		}
-		headerLen = int(n)
+		headerLen, h.dataStart = int(n), int64(len(prefix)+2+int(n))
 	case 2, 3:
 		var n uint32
 		if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
-			return nil, fmt.Errorf("npy: %w", err)
+			return h, fmt.Errorf("npy: %w", err)
 		}
-		headerLen = int(n)
+		headerLen, h.dataStart = int(n), int64(len(prefix)+4)+int64(n)
 	default:
-		return nil, fmt.Errorf("npy: unknown format version %d", major)
+		return h, fmt.Errorf("npy: unknown format version %d", major)
 	}
 	if headerLen > npyMaxHeader {
-		return nil, fmt.Errorf("npy: a header of %d bytes: more than %d, so not a .npy file onegpu reads", headerLen, npyMaxHeader)
+		return h, fmt.Errorf("npy: a header of %d bytes: more than %d, so not a .npy file onegpu reads", headerLen, npyMaxHeader)
 	}
 	header := make([]byte, headerLen)
 	if _, err := io.ReadFull(r, header); err != nil {
-		return nil, fmt.Errorf("npy: header: %w", err)
+		return h, fmt.Errorf("npy: header: %w", err)
 	}
-	descr, order, shape := npyDescrRE.FindSubmatch(header), npyOrderRE.FindSubmatch(header), npyShapeRE.FindSubmatch(header)
-	if descr == nil || order == nil || shape == nil {
-		return nil, fmt.Errorf("npy: cannot parse header %q", header)
+	descr, fortran, shape, err := parseNPYHeader(string(header))
+	if err != nil {
+		return h, fmt.Errorf("npy: header: %w", err)
 	}
-	if string(order[1]) == "True" {
-		return nil, fmt.Errorf("npy: Fortran order is not supported")
+	if fortran {
+		return h, fmt.Errorf("npy: Fortran order is not supported")
 	}
+	h.shapeText = strings.Join(shape, ", ")
 	var dims []int
 	elements := 1.0
-	for _, part := range strings.Split(string(shape[1]), ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
+	for _, part := range shape {
 		d, err := strconv.Atoi(part)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("npy: bad shape (%s): dimensions are numbers, at least 0", shape[1])
+			return h, fmt.Errorf("npy: bad shape (%s): dimensions are numbers, at least 0", h.shapeText)
 		}
 		dims = append(dims, d)
 		elements *= float64(d)
 	}
 	if elements > models.MaxTensorElements {
-		return nil, fmt.Errorf("npy: shape (%s) holds %.3g values, more than onegpu counts (2^46)", shape[1], elements)
+		return h, fmt.Errorf("npy: shape (%s) holds %.3g values, more than onegpu counts (2^46)", h.shapeText, elements)
 	}
 	var dtype dtypes.DType
 	for d, s := range npyDescr {
-		if s == string(descr[1]) || (s[0] == '<' && "="+s[1:] == string(descr[1])) {
+		if s == descr || (s[0] == '<' && "="+s[1:] == descr) {
 			dtype = d
 		}
 	}
 	if dtype == dtypes.InvalidDType {
-		return nil, fmt.Errorf("npy: unsupported dtype %q", descr[1])
+		return h, fmt.Errorf("npy: unsupported dtype %q", descr)
 	}
-	dataShape := shapes.Make(dtype, dims...)
-	// Read what the reader holds, up to the size the header claims, before allocating the tensor.
-	want := int64(dataShape.Size()) * int64(dtype.Size())
-	raw, err := io.ReadAll(io.LimitReader(r, want))
-	if err != nil {
-		return nil, fmt.Errorf("npy: data: %w", err)
+	h.shape = shapes.Make(dtype, dims...)
+	return h, nil
+}
+
+// checkMemory refuses data larger than this machine's available memory (MemAvailable, where
+// the system says): reading it would end the process with Go's "out of memory".
+func (h npyHeader) checkMemory() error {
+	available, err := hostmemory.Available()
+	if err == nil && h.dataBytes() > available {
+		return fmt.Errorf("npy: the header's shape (%s) of %s is %d bytes of data, more than the %d this machine has available", h.shapeText, h.shape.DType, h.dataBytes(), available)
 	}
-	if int64(len(raw)) < want {
-		return nil, fmt.Errorf("npy: data: the header's shape (%s) of %s needs %d bytes, the file holds %d", shape[1], dtype, want, len(raw))
-	}
-	t := tensors.FromShape(dataShape)
+	return nil
+}
+
+// tensor reads the header's data from r into a new tensor.
+func (h npyHeader) tensor(r io.Reader) (*tensors.Tensor, error) {
+	t := tensors.FromShape(h.shape)
+	var err error
 	t.MustMutableFlatData(func(flat any) {
 		if b, isBool := flat.([]bool); isBool {
-			for i, v := range raw {
-				b[i] = v != 0
+			raw := make([]byte, len(b))
+			if _, err = io.ReadFull(r, raw); err == nil {
+				for i, v := range raw {
+					b[i] = v != 0
+				}
 			}
 			return
 		}
-		err = binary.Read(bytes.NewReader(raw), binary.LittleEndian, flat)
+		err = binary.Read(r, binary.LittleEndian, flat)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("npy: data: %w", err)
@@ -199,14 +237,36 @@ func ReadNPY(r io.Reader) (*tensors.Tensor, error) {
 	return t, nil
 }
 
-// ReadNPYFile reads a .npy file (see ReadNPY).
+// ReadNPYFile reads the .npy file path (see ReadNPY): a regular file, or a link to one, never a
+// named pipe or a device, whose size must be the header's plus the data's exactly: shorter data,
+// or bytes after the data (a header whose shape does not describe the file), are errors before
+// the data is read.
 func ReadNPYFile(path string) (*tensors.Tensor, error) {
-	f, err := os.Open(path)
+	f, err := regularfile.OpenLinked(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	t, err := ReadNPY(bufio.NewReader(f))
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(f)
+	h, err := readNPYHeader(br)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	switch held := info.Size() - h.dataStart; {
+	case held < h.dataBytes():
+		return nil, fmt.Errorf("%s: npy: data: the header's shape (%s) of %s needs %d bytes, the file holds %d", path, h.shapeText, h.shape.DType, h.dataBytes(), held)
+	case held > h.dataBytes():
+		return nil, fmt.Errorf("%s: npy: %d bytes follow the %d of data the header's shape (%s) of %s describes: the header does not describe this file",
+			path, held-h.dataBytes(), h.dataBytes(), h.shapeText, h.shape.DType)
+	}
+	if err := h.checkMemory(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := h.tensor(br)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -30,11 +30,15 @@ func TestReadNPYBadHeaders(t *testing.T) {
 		{"negative dimension", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 1), }", eight), "bad shape (-2, 1)"},
 		{"huge dimensions", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1048576), }", eight), "more than onegpu counts"},
 		{"a dimension past int", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", eight), "bad shape"},
-		{"data shorter than the shape", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", eight), "needs 4398046511104 bytes, the file holds 8"},
+		{"data shorter than the shape", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576,), }", eight), "needs 4194304 bytes, the file holds 8"},
+		{"data larger than the memory", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }", eight), "this machine has available"},
 		{"one value short", npyFile("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", eight), "needs 16 bytes, the file holds 8"},
 		{"an overlong header", append([]byte("\x93NUMPY\x02\x00"), 0xff, 0xff, 0xff, 0x7f), "more than 65536"},
 		{"Fortran order", npyFile("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", eight), "Fortran order"},
-		{"no shape", npyFile("{'descr': '<f4', 'fortran_order': False, }", eight), "cannot parse header"},
+		{"no shape", npyFile("{'descr': '<f4', 'fortran_order': False, }", eight), `no "shape" (numpy writes descr, fortran_order, shape)`},
+		{"another key", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'order': 'C', }", eight), `unknown key "order"`},
+		{"a record dtype", npyFile("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", eight), "want a string, True, False or a tuple"},
+		{"text after the dict", npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } x", eight), "text after the dict"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := data.ReadNPY(bytes.NewReader(tc.file))

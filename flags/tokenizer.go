@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
 // EnvVar is the environment variable XLA reads its flags from, once per plugin, when the
@@ -159,7 +161,7 @@ func ParseEnv(value string) (Set, error) {
 	if i := skip(value, 0); i < len(value) && value[i] == '-' {
 		return parse(value, EnvVar)
 	}
-	data, err := os.ReadFile(value)
+	data, err := regularfile.ReadLinked(value, regularfile.MaxSmallBytes) // a FIFO or a device would hang or fill memory
 	if err != nil {
 		s := Set{syntax: []Problem{{
 			Flag: EnvVar,

@@ -135,6 +135,7 @@ func TestParseEnv(t *testing.T) {
 		{name: "a file name", value: file, want: "--xla_gpu_autotune_level=2 --xla_dump_to='/tmp/a b'", source: "XLA_FLAGS file " + file},
 		{name: "a missing file aborts XLA", value: filepath.Join(dir, "missing"), wantErr: "cannot open it"},
 		{name: "only blanks name a file", value: "   ", wantErr: "cannot open it"},
+		{name: "a folder", value: dir, wantErr: dir + " is a folder, not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

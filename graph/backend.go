@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
+	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
 // Environment variables that choose a backend, in order of precedence after an explicit spec.
@@ -165,7 +166,7 @@ func pluginPath(config string) (string, error) {
 	if !info.Mode().IsRegular() {
 		return "", fmt.Errorf("PJRT plugin %q is not a regular file: %s", path, fix)
 	}
-	f, err := os.Open(path)
+	f, err := regularfile.OpenLinked(path)
 	if err != nil {
 		return "", fmt.Errorf("PJRT plugin %q cannot be read: %v", path, err)
 	}

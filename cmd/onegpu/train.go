@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/signal"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
 	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/hostmemory"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
@@ -307,23 +305,9 @@ func fittingFlags(t *train.Trainer, need, available int64) string {
 	return fmt.Sprintf("flags that fit: --batch %d (--microbatches %d); more micro-batches or --remat block shrink the activations further", batch, c.MicroBatches)
 }
 
-// availableRAM reads MemAvailable from /proc/meminfo (Linux); ok is false elsewhere.
+// availableRAM is the memory this machine can give the run (MemAvailable); ok is false where the
+// system does not say.
 func availableRAM() (bytes int64, ok bool) {
-	if runtime.GOOS != "linux" {
-		return 0, false
-	}
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	scanner := bufio.NewScanner(f)
-	for scanner.Scan() {
-		fields := strings.Fields(scanner.Text())
-		if len(fields) == 3 && fields[0] == "MemAvailable:" && fields[2] == "kB" {
-			kb, err := strconv.ParseInt(fields[1], 10, 64)
-			return kb * 1024, err == nil
-		}
-	}
-	return 0, false
+	available, err := hostmemory.Available()
+	return available, err == nil
 }

@@ -1,4 +1,4 @@
-package plan
+package hostmemory
 
 import (
 	"os"
@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestHostAvailable: MemAvailable in kB is read as bytes; a file without it, with another unit,
-// or missing is an error that says to give the budget.
-func TestHostAvailable(t *testing.T) {
+// TestAvailable: MemAvailable in kB is read as bytes; a file without it, with another unit, or
+// missing is an error.
+func TestAvailable(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
 		path := filepath.Join(dir, name)
@@ -19,7 +19,7 @@ func TestHostAvailable(t *testing.T) {
 		return path
 	}
 	good := write("good", "MemTotal:       24576000 kB\nMemFree:         1000000 kB\nMemAvailable:   22000000 kB\nBuffers:  1 kB\n")
-	if got, err := hostAvailableFrom(good); err != nil || got != 22000000*1024 {
+	if got, err := availableFrom(good); err != nil || got != 22000000*1024 {
 		t.Errorf("got %d, %v; want %d", got, err, 22000000*1024)
 	}
 	for name, text := range map[string]string{
@@ -27,15 +27,15 @@ func TestHostAvailable(t *testing.T) {
 		"units": "MemAvailable:   22000000 MB\n",
 		"bad":   "MemAvailable:   lots kB\n",
 	} {
-		if _, err := hostAvailableFrom(write(name, text)); err == nil || !strings.Contains(err.Error(), "--host") {
+		if _, err := availableFrom(write(name, text)); err == nil || !strings.Contains(err.Error(), "the host's available memory") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := hostAvailableFrom(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "give the host budget") {
+	if _, err := availableFrom(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("a missing file: %v", err)
 	}
 	if _, err := os.Stat(MemInfo); err == nil {
-		if got, err := HostAvailable(); err != nil || got <= 0 {
+		if got, err := Available(); err != nil || got <= 0 {
 			t.Errorf("this machine: %d, %v", got, err)
 		}
 	}
