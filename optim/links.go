@@ -39,13 +39,20 @@ func startUpdate(ctx *context.Context, grads []*graph.Node, name, scope string, 
 		panicf("%s: no gradients: the graph uses no trainable variable", name)
 	}
 	g = grads[0].Graph()
+	learningRate, count = countUpdate(ctx, g, scope, lr)
+	return g, learningRate, count
+}
+
+// countUpdate is startUpdate in g: the learning rate and the update count, the global step
+// incremented.
+func countUpdate(ctx *context.Context, g *graph.Graph, scope string, lr float64) (learningRate, count *graph.Node) {
 	if lr < 0 {
 		lr = context.GetParamOr(ctx, optimizers.ParamLearningRate, optimizers.AdamDefaultLearningRate)
 	}
 	learningRate = optimizers.LearningRateVar(ctx, dtypes.Float32, lr).ValueGraph(g)
 	_ = optimizers.IncrementGlobalStepGraph(ctx, g, dtypes.Float32)
 	count = optimizers.IncrementGlobalStepGraph(ctx.InAbsPath(context.ScopeSeparator+scope), g, dtypes.Int64)
-	return g, learningRate, count
+	return learningRate, count
 }
 
 // eachTrainable calls update with every trainable variable g uses (graph.VariableRole's trainable
@@ -131,7 +138,6 @@ func (clip) kind() kind { return kindClip }
 func (c clip) String() string { return fmt.Sprintf("ClipByGlobalNorm(%g)", c.maxNorm) }
 
 func (c clip) Apply(u Update, next func(Update)) {
-	g := u.Graph
 	var squares *graph.Node
 	for _, x := range u.Gradients {
 		s := graph.ReduceAllSum(graph.Square(graph.ConvertDType(x, dtypes.Float32)))
@@ -145,14 +151,20 @@ func (c clip) Apply(u Update, next func(Update)) {
 		next(u)
 		return
 	}
-	norm := graph.Sqrt(squares)
-	factor := graph.Min(graph.ScalarOne(g, dtypes.Float32), graph.Div(graph.Scalar(g, dtypes.Float32, c.maxNorm), norm))
+	factor := clipFactor(squares, c.maxNorm)
 	clipped := make([]*graph.Node, len(u.Gradients))
 	for i, x := range u.Gradients {
 		clipped[i] = graph.Mul(x, graph.ConvertDType(factor, x.DType()))
 	}
 	u.Gradients = clipped
 	next(u)
+}
+
+// clipFactor is min(1, maxNorm/√squares) for the float32 sum of the squares of every gradient.
+func clipFactor(squares *graph.Node, maxNorm float64) *graph.Node {
+	g := squares.Graph()
+	norm := graph.Sqrt(squares)
+	return graph.Min(graph.ScalarOne(g, dtypes.Float32), graph.Div(graph.Scalar(g, dtypes.Float32, maxNorm), norm))
 }
 
 func (m microBatches) check() error {

@@ -68,8 +68,14 @@ func (l *lossScale) Apply(u Update, next func(Update)) {
 	finite := mixed.AllFinite(g, u.Gradients...)
 	recordFinite(u.Ctx, g, finite)
 	Rollback(u.Ctx, g, finite, []string{OptimizersScope}, nil, func() { next(u) })
-	l.ls.Adjust(u.Ctx, finite)
-	skipped := skippedVariable(u.Ctx)
+	l.adjust(u.Ctx, g, finite)
+}
+
+// adjust sets the loss scale for the next step and counts the step as skipped when it is not
+// finite.
+func (l *lossScale) adjust(ctx *context.Context, g *graph.Graph, finite *graph.Node) {
+	l.ls.Adjust(ctx, finite)
+	skipped := skippedVariable(ctx)
 	notFinite := graph.ConvertDType(graph.LogicalNot(finite), dtypes.Int64)
 	skipped.SetValueGraph(graph.Add(skipped.ValueGraph(g), notFinite))
 }
