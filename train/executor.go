@@ -20,7 +20,7 @@ import (
 //     time.
 //
 // Each builds its programs from the trainer's step functions (StepFn, and for a split step
-// deviceGradientsFn and hostUpdateFn), compiles them on its first run and keeps the training state
+// deviceGradientsFn and the host update, hostupdate.go), compiles them on its first run and keeps the training state
 // in the trainer's context, so checkpoints, resume and the loop are the same for all. A new way to
 // run the step is one more type in its own file and one more case in newExecutor.
 type executor interface {

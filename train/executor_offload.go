@@ -5,27 +5,27 @@ import (
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
 // The optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload OffloadOptimizer a
-// step runs as two programs on one context. The device program (on the trainer's backend)
-// computes the loss, the metrics and the float32 gradients (Chain.Gradients); the host program,
-// on the embedded backend, applies the schedule, the loss-scale check, the optimizer
-// (Chain.ApplyGradients) and the moving-average loss, so the optimizer's moments and counters are
-// created, kept and updated in host memory only. Per step the updated parameters go to the device
-// and the gradients come back; the loss scale (a scalar) is the only other state both use.
+// step runs on two backends with one context. The device program (on the trainer's backend)
+// computes the loss, the metrics and the float32 gradients (Chain.Gradients); the host update
+// (hostUpdate: the run's chain through optim/hostengine, on XLA's CPU client when there is a CPU
+// plugin, else the embedded backend, the optimizer's flat loop where it has one) applies the
+// schedule, the loss-scale check, clipping and the optimizer, and the moving-average loss, so the
+// optimizer's moments and counters are created, kept and updated in host memory only. Per step the
+// updated parameters go to the device and the gradients come back; the loss scale (a scalar) is
+// the only other state both use.
 //
-// GoMLX v0.26.0 binds a tensor to one backend: a variable both programs use is brought back to
-// local memory (Tensor.ToLocal) before the other program runs, and sent on with
+// GoMLX v0.26.0 binds a tensor to one backend: a variable both sides use is brought back to
+// local memory (Tensor.ToLocal) before the other side runs, and sent on with
 // Tensor.MaterializeOnDevice.
 
 // OffloadStats are the traffic of an offloaded step and its time.
@@ -92,57 +92,40 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 	}
 }
 
-// hostUpdateFn is the host's part of an offloaded step. Its inputs are the device's loss, count
-// and gradients of trainable; it updates the variables and returns the step's finite flag and
-// the moving-average loss, as StepFn does.
-func (t *Trainer) hostUpdateFn(trainable []*context.Variable) accum.StepFn {
-	chain := t.mustChain()
-	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
-		return t.hostApply(ctx, chain, trainable, inputs[0], inputs[1], inputs[2:])
-	}
-}
-
-// hostApply is the host's update of trainable with their gradients grads (in their order): the
-// schedule, the chain (loss-scale check, clipping, the optimizer) and the moving-average loss. It
-// returns the step's finite flag and the moving-average loss. The optimizer offload and the
-// streamed step (executor_stream.go) share it.
-func (t *Trainer) hostApply(ctx *context.Context, chain *optim.Chain, trainable []*context.Variable, loss, count *graph.Node, grads []*graph.Node) []*graph.Node {
-	g := loss.Graph()
-	for _, v := range trainable {
-		v.ValueGraph(g) // in use, so that ApplyGradients pairs them with grads in this order
-	}
-	optim.ApplySchedule(ctx, g, t.Config.Schedule)
-	chain.ApplyGradients(ctx, g, grads, count, loss.DType())
-	finite := optim.Finite(ctx, g)
-	return []*graph.Node{finite, movingAverage(ctx, g, loss, finite)}
-}
-
-// HostUpdateProgram builds, for analysis, the offloaded update on backend (the embedded one,
-// where it runs) in ctx, after a program of DeviceStepFn was built in ctx: its state parameters
-// are what host memory holds besides the parameters and gradients.
+// HostUpdateProgram builds, for analysis, the offloaded update's graph on backend in ctx, after a
+// program of the device's step was built in ctx: the host engine's update of every trainable
+// variable (hostengine.Engine.UpdateProgram), whose state parameters are what host memory holds
+// besides the parameters and gradients.
 func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Context) (*ograph.Program, error) {
 	var trainable []*context.Variable
-	inputs := []shapes.Shape{shapes.Make(dtypes.Float32), shapes.Make(dtypes.Float32)} // loss, count
 	for v := range ctx.IterVariables() {
 		if v.Trainable {
 			trainable = append(trainable, v)
-			inputs = append(inputs, shapes.Make(ograph.WideDType(v.DType()), v.Shape().Dimensions...))
 		}
 	}
 	if len(trainable) == 0 {
 		return nil, fmt.Errorf("the host update: build the device's step (DeviceStepFn) in the context first")
 	}
-	return ograph.ContextProgram(backend, ctx, "host_update", inputs, t.hostUpdateFn(trainable))
+	chain, err := t.Chain()
+	if err != nil {
+		return nil, err
+	}
+	engine, err := hostengine.New(hostengine.Config{Backend: backend, Ctx: ctx, Chain: chain, Schedule: t.Config.Schedule, NoParams: true})
+	if err != nil {
+		return nil, err
+	}
+	defer engine.Close()
+	return engine.UpdateProgram("all", trainable)
 }
 
-// offloadExecutor runs an offloaded step's two programs: deviceGradientsFn on the trainer's
-// backend, hostUpdateFn on an embedded backend of its own.
+// offloadExecutor runs an offloaded step: deviceGradientsFn on the trainer's backend, the host
+// update on a host backend of its own.
 type offloadExecutor struct {
-	t                    *Trainer
-	host                 backends.Backend
-	deviceExec, hostExec *context.Exec
-	// deviceVars and hostVars are the variables each program uses; trainable the parameters, in
-	// the order of the host's gradients.
+	t          *Trainer
+	host       backends.Backend
+	deviceExec *context.Exec
+	update     *hostUpdate
+	// deviceVars and hostVars are the variables each side uses; trainable the parameters.
 	deviceVars, hostVars map[*context.Variable]bool
 	trainable            []*context.Variable
 	grads                []*tensors.Tensor // the device's gradients of the last step
@@ -159,7 +142,7 @@ func (o *offloadExecutor) traffic() OffloadStats { return o.last }
 // buffers of the variables a program changes without running it.)
 func (o *offloadExecutor) start() error {
 	t := o.t
-	host, err := ograph.NewBackend("go")
+	host, _, err := hostengine.NewBackend()
 	if err != nil {
 		return fmt.Errorf("--offload optimizer: the host backend: %w", err)
 	}
@@ -174,12 +157,6 @@ func (o *offloadExecutor) start() error {
 		return err
 	}
 	o.deviceExec = o.deviceExec.WithName(StepName)
-	o.hostExec, err = context.NewExec(host, t.Ctx, t.hostUpdateFn(o.trainable))
-	if err != nil {
-		o.close()
-		return err
-	}
-	o.hostExec = o.hostExec.WithName("host_update")
 	return nil
 }
 
@@ -196,16 +173,11 @@ func (o *offloadExecutor) prepare(t *Trainer) error {
 	if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
 		return fmt.Errorf("initializing the variables on the device: %w", err)
 	}
-	host, err := t.HostUpdateProgram(o.host, t.Ctx)
-	if err != nil {
-		return err
+	if o.update, err = newHostUpdate(t, o.host, map[string][]*context.Variable{"all": o.trainable}, []string{"all"}); err != nil {
+		return fmt.Errorf("the host update: %w", err)
 	}
-	o.hostVars = variablesUsedBy(t.Ctx, host.Graph)
-	host.Graph.Finalize()
-	if err := t.Ctx.InitializeVariables(o.host, nil); err != nil {
-		return fmt.Errorf("initializing the optimizer's state on the host: %w", err)
-	}
-	return nil
+	o.hostVars, err = o.update.variables()
+	return err
 }
 
 // variablesUsedBy lists the variables g uses.
@@ -306,14 +278,14 @@ func (o *offloadExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *grap
 		}
 	}
 	start = time.Now()
-	hostArgs := []any{reported[0], reported[len(reported)-1]} // loss, count
 	grads := o.grads
+	byVariable := make(map[*context.Variable]*tensors.Tensor, len(grads))
 	for i, grad := range grads {
 		if err := grad.ToLocal(); err != nil {
 			return nil, nil, fmt.Errorf("moving the gradient of %s to the host: %w", o.trainable[i].ScopeAndName(), err)
 		}
 		stats.BytesToHost += int64(grad.Memory())
-		hostArgs = append(hostArgs, grad)
+		byVariable[o.trainable[i]] = grad
 	}
 	if n, err = unbind(ctx, o.hostVars, o.host); err != nil {
 		return nil, nil, err
@@ -322,7 +294,7 @@ func (o *offloadExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *grap
 	stats.TransferSeconds += time.Since(start).Seconds()
 
 	start = time.Now()
-	hostOuts, err := o.hostExec.Exec(hostArgs...)
+	hostOuts, err := o.update.run(byVariable, scalar32(reported[0]), 1) // the device's gradients are means
 	if err != nil {
 		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
 	}
@@ -353,13 +325,17 @@ func (o *offloadExecutor) restore(masters []*tensors.Tensor) error {
 }
 
 func (o *offloadExecutor) close() {
-	for _, exec := range []*context.Exec{o.deviceExec, o.hostExec} {
-		if exec != nil {
-			exec.Finalize()
-		}
+	if o.deviceExec != nil {
+		o.deviceExec.Finalize()
+	}
+	if o.update != nil {
+		o.update.close()
 	}
 	if o.host != nil {
 		o.host.Finalize()
 	}
-	o.deviceExec, o.hostExec, o.host = nil, nil, nil
+	o.deviceExec, o.update, o.host = nil, nil, nil
 }
+
+// scalar32 is a float scalar tensor's value as float32.
+func scalar32(t *tensors.Tensor) float32 { return float32(scalar(t)) }

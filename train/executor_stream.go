@@ -11,7 +11,6 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
@@ -29,8 +28,8 @@ import (
 //     stage's weights go to the device again, the stage is recomputed and differentiated per
 //     micro-batch, its float32 gradients summed over the micro-batches on the device and brought
 //     to the host;
-//   - the host engine applies the run's optimizer chain (the same optim code as a whole step:
-//     loss-scale check and atomic skip, clipping, Adam, 8-bit Adam, Adafactor) to all parameters
+//   - the host update (hostUpdate, the optimizer offload's) applies the run's optimizer chain
+//     (loss-scale check and atomic skip, clipping, Adam, 8-bit Adam, Adafactor) to all parameters
 //     at once, after the last gradients arrived: under a loss scale a non-finite gradient in any
 //     block must leave every parameter unchanged, and the global-norm clipping needs every
 //     gradient, so the update waits for the whole backward pass.
@@ -54,7 +53,7 @@ type streamExecutor struct {
 	embedVars, headVars []*context.Variable
 	blockVars           [][]*context.Variable
 	trainable           []*context.Variable // the host update's order (the context's)
-	hostExec            *context.Exec
+	update              *hostUpdate
 	last                OffloadStats
 	// compiled is each program's device memory by XLA's account, once known.
 	compiled map[*graph.Graph]int64
@@ -148,43 +147,14 @@ func (s *streamExecutor) start() error {
 	return nil
 }
 
-// startHost builds the host update on the trainer's context (creating the optimizer's state),
-// initializes that state on the host engine and prepares its program.
+// startHost prepares the host update of the trainable variables (creating and initializing the
+// optimizer's state on the host engine).
 func (s *streamExecutor) startHost() error {
-	t := s.t
-	inputs := []shapes.Shape{shapes.Make(dtypes.Float32), shapes.Make(dtypes.Float32), shapes.Make(dtypes.Float32)} // loss, count, denominator
-	for _, v := range s.trainable {
-		inputs = append(inputs, shapes.Make(ograph.WideDType(v.DType()), v.Shape().Dimensions...))
-	}
-	p, err := ograph.ContextProgram(s.host, t.Ctx, "host_update", inputs, s.hostFn())
-	if err != nil {
+	var err error
+	if s.update, err = newHostUpdate(s.t, s.host, map[string][]*context.Variable{"all": s.trainable}, []string{"all"}); err != nil {
 		return fmt.Errorf("--offload params: the host update: %w", err)
 	}
-	p.Graph.Finalize()
-	if err := t.Ctx.InitializeVariables(s.host, nil); err != nil {
-		return fmt.Errorf("--offload params: initializing the optimizer's state on the host: %w", err)
-	}
-	s.hostExec, err = context.NewExec(s.host, t.Ctx, s.hostFn())
-	if err != nil {
-		return err
-	}
-	s.hostExec = s.hostExec.WithName("host_update")
 	return nil
-}
-
-// hostFn is the host's update: its inputs are the batch's loss and count, the gradients'
-// denominator (the count times the normalization, 0 read as 1, as accum.Gradients divides by) and
-// the gradient sums of trainable; it returns the finite flag and the moving-average loss.
-func (s *streamExecutor) hostFn() accum.StepFn {
-	chain := s.t.mustChain()
-	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		denominator := in[2]
-		grads := make([]*graph.Node, len(in)-3)
-		for j, sum := range in[3:] {
-			grads[j] = graph.Div(sum, graph.ConvertDType(denominator, sum.DType()))
-		}
-		return s.t.hostApply(ctx, chain, s.trainable, in[0], in[1], grads)
-	}
 }
 
 // run runs one streamed step.
@@ -221,12 +191,12 @@ func (s *streamExecutor) close() {
 			st.add.Finalize()
 		}
 	}
-	if s.hostExec != nil {
-		s.hostExec.Finalize()
+	if s.update != nil {
+		s.update.close()
 	}
 	if s.host != nil {
 		s.host.Finalize()
 	}
-	s.embed, s.block, s.head, s.hostExec, s.host = nil, nil, nil, nil, nil
+	s.embed, s.block, s.head, s.update, s.host = nil, nil, nil, nil, nil
 	s.trainable, s.blockVars = nil, nil
 }

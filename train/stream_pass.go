@@ -186,16 +186,13 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 	s := p.s
 	denominator := p.count * float32(s.norm)
 	loss := p.lossSum / nonZero32(p.count)
-	args := []any{tensors.FromScalar(loss), tensors.FromScalar(p.count), tensors.FromScalar(nonZero32(denominator))}
 	for _, v := range s.trainable {
-		grad := p.grads[v]
-		if grad == nil {
+		if p.grads[v] == nil {
 			return nil, nil, fmt.Errorf("--offload params: no stage computed the gradient of %s", v.ScopeAndName())
 		}
-		args = append(args, grad)
 	}
 	start := time.Now()
-	hostOuts, err := s.hostExec.Exec(args...)
+	hostOuts, err := s.update.run(p.grads, loss, nonZero32(denominator))
 	if err != nil {
 		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
 	}

@@ -31,16 +31,18 @@ func runBench(args []string, w io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the grid as one JSON object")
 	grid := fs.String("grid", "tutorial", "the configurations: tutorial (f32/bf16 × remat none, mlp,attn, block × 1 and 4 micro-batches) or chunking "+
 		"(plain and chunked attention × plain and chunked cross-entropy, at the run's policy, remat and micro-batches, with XLA's compile time) "+
-		"or host (the host's memory bandwidth and the streamed run's host update rate of Adam, 8-bit Adam and Adafactor against it)")
+		"or host (the host's memory bandwidth and the offloaded runs' host update rate of Adam, AdamW, 8-bit Adam and Adafactor against it, jitted optax Adam beside)")
 	hostParams := fs.Int64("host-params", 16<<20, "--grid host: the parameters of the benchmark's matrix (at least 4096; far larger than the caches)")
 	hostBackend := fs.String("host-backend", "", `--grid host: one host backend to measure ("go" or "xla:/abs/path/cpu_plugin.so"; default: the embedded backend and the XLA CPU client of $ONEGPU_HOST_PJRT_PLUGIN or a CPU $ONEGPU_PJRT_PLUGIN)`)
+	withJAX := fs.Bool("jax", true, "--grid host: time jitted optax Adam on the same matrix beside (reference/jax/host_adam.py, with the Python of --python)")
+	python := fs.String("python", "", "--grid host --jax: the Python with jax and optax (default: $ONEGPU_PYTHON, then .venv/bin/python in this folder or a parent, then python3)")
 	if err := parseArgs(fs, args); err != nil {
 		return err
 	}
 	if *grid == "host" {
-		return runHostBench(fs, *steps, *hostParams, *hostBackend, *asJSON, w)
+		return runHostBench(fs, *steps, *hostParams, *hostBackend, *withJAX, *python, *asJSON, w)
 	}
-	if err := notApplicable(given(fs), "it sizes --grid host's measurement", "host-params", "host-backend"); err != nil {
+	if err := notApplicable(given(fs), "it sizes --grid host's measurement", "host-params", "host-backend", "jax", "python"); err != nil {
 		return err
 	}
 	if family, err := plan.Model(s.model); err != nil || family.WithSeq == nil {

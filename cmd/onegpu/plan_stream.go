@@ -88,8 +88,8 @@ func (f *streamFlags) options(rate plan.Throughput, names ...string) (plan.Strea
 	return o, nil
 }
 
-// measureHostRates times each named optimizer's host update on this machine's host engine
-// (hostengine.NewBackend), bfloat16 parameters out.
+// measureHostRates times each named optimizer's host update as training runs it on this machine
+// (hostengine.NewBackend; the flat loop where the optimizer has one), bfloat16 parameters out.
 func measureHostRates(names []string) (map[string]float64, error) {
 	backend, _, err := hostengine.NewBackend()
 	if err != nil {
@@ -102,7 +102,7 @@ func measureHostRates(names []string) (map[string]float64, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := hostengine.MeasureUpdate(backend, opt, dtypes.BFloat16, 16<<20, 3, 1)
+		r, err := hostengine.MeasureUpdate(hostengine.Config{Backend: backend, Optimizer: opt, Compute: dtypes.BFloat16}, 16<<20, 3, 1)
 		if err != nil {
 			return nil, err
 		}

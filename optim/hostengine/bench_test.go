@@ -28,8 +28,8 @@ func BenchmarkBandwidth(b *testing.B) {
 }
 
 // BenchmarkUpdate reports each optimizer's host update rate (parameters per second, bf16
-// parameters out) on the embedded backend and XLA's CPU client, and the fraction of the bound the
-// measured triad bandwidth sets.
+// parameters out) by its graph update on the embedded backend and XLA's CPU client and by its flat
+// loop, and the fraction of the bound the measured copy bandwidth sets.
 //
 //	go test ./optim/hostengine -run X -bench Update -benchtime 1x
 func BenchmarkUpdate(b *testing.B) {
@@ -41,22 +41,31 @@ func BenchmarkUpdate(b *testing.B) {
 	}
 	for name, backend := range backendList {
 		for _, opt := range []string{"adam", "adam8bit", "adafactor"} {
-			b.Run(name+"/"+opt, func(b *testing.B) {
+			for _, graphUpdate := range []bool{true, false} {
 				o, err := optim.ByName(opt, optim.Settings{})
 				if err != nil {
 					b.Fatal(err)
 				}
-				for range b.N {
-					r, err := MeasureUpdate(backend, o, dtypes.BFloat16, *benchParams, 3, bw.Triad)
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(r.ParamsPerSecond/1e6, "Mparams/s")
-					b.ReportMetric(r.BoundParamsPerSecond/1e6, "bound-Mparams/s")
-					b.ReportMetric(r.Fraction, "of-bound")
-					b.ReportMetric(r.BytesPerParam, "B/param")
+				if _, flat := o.(optim.FlatOptimizer); !graphUpdate && (!flat || name != "go") {
+					continue // one flat row per optimizer
 				}
-			})
+				path := name
+				if !graphUpdate {
+					path = "flat"
+				}
+				b.Run(path+"/"+opt, func(b *testing.B) {
+					for range b.N {
+						r, err := MeasureUpdate(Config{Backend: backend, Optimizer: o, Compute: dtypes.BFloat16, GraphUpdate: graphUpdate}, *benchParams, 3, max(bw.Copy, bw.Triad))
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.ReportMetric(r.ParamsPerSecond/1e6, "Mparams/s")
+						b.ReportMetric(r.BoundParamsPerSecond/1e6, "bound-Mparams/s")
+						b.ReportMetric(r.Fraction, "of-bound")
+						b.ReportMetric(r.BytesPerParam, "B/param")
+					}
+				})
+			}
 		}
 	}
 }

@@ -1,11 +1,13 @@
-// Package hostengine runs a run's optimizer update in host memory, on the fastest host backend
-// (an XLA CPU client when a CPU PJRT plugin is there, else the embedded backend), one set of
-// variables at a time: the streamed executor (--offload params) keeps the float32 master
-// weights and the optimizer's state on the host and updates each block's as soon as its gradients
-// arrive. The state lives in the host backend's buffers, donated to each update and written in
-// place; gradients come in, the parameters go out in the compute dtype. The update is the project's
-// optimizer code (optim.Adam, optim.Adam8bit, optim.Adafactor, or any optim.GradientsOptimizer)
-// under the same variable names as an update on the device, so checkpoints are the same.
+// Package hostengine runs a run's optimizer update in host memory, one set of variables at a time:
+// the one host update of both offload modes (the optimizer offload keeps the optimizer's state on
+// the host; the streamed executor, --offload params, the float32 master weights too). Where the
+// optimizer has a flat loop (Adam, AdamW, 8-bit Adam: optim.FlatOptimizer) a stage updates in Go
+// memory, one pass over the masters, gradients and state on every core, the same values as the
+// graph update on the embedded backend bit for bit; any other optimizer runs its graph update on the
+// fastest host backend (an XLA CPU client when a CPU PJRT plugin is there, else the embedded
+// backend), its state in that backend's buffers, donated and written in place. The update is the
+// project's optimizer code under the same variable names as an update on the device, so
+// checkpoints are the same.
 //
 //	backend, _, err := hostengine.NewBackend()
 //	engine, err := hostengine.New(hostengine.Config{Backend: backend, Ctx: ctx,
@@ -13,6 +15,9 @@
 //	block0, err := engine.Stage("block_0", block0Vars)
 //	params, err := block0.Update(grads, hostengine.Scaling{}) // one call per stage per step
 //	err = engine.Commit()                                      // once per step, after the stages
+//
+// With the run's chain (Config.Chain: a loss scale, a global-norm clip), Begin's Step runs the
+// chain's step-wide part across the stages: Check each stage's gradients, Decide, Update, Finish.
 //
 // BenchmarkBandwidth and BenchmarkUpdate (and `onegpu bench --grid host`) measure the host's memory
 // bandwidth and the parameters each optimizer updates per second next to the bound it sets.

@@ -71,60 +71,80 @@ var testOptimizers = map[string]func() optim.GradientsOptimizer{
 // TestStagesEqualOneProgram: the engine's updates of two stages, the later stage first as a
 // backward pass produces them, equal bit for bit one program's update of every variable with the
 // same optimizer and schedule (what the trainer runs on the device), step after step: parameters,
-// optimizer state, global step and learning rate. The returned bfloat16 parameters are the
+// optimizer state, global step and learning rate. The graph update equals the program on its own
+// backend; the flat loops (Adam, AdamW, 8-bit Adam; their scalars on either backend) equal it on
+// the embedded backend, whose arithmetic they repeat. The returned bfloat16 parameters are the
 // masters rounded.
 func TestStagesEqualOneProgram(t *testing.T) {
 	schedule := optim.WarmupCosine(1e-4, 1e-2, 2, 10, 1e-3) // a different rate at every step
 	const steps = 4
 	for _, backend := range testkit.All() {
 		for name, opt := range testOptimizers {
-			t.Run(backend.Name()+"/"+name, func(t *testing.T) {
-				want := newTestContext()
-				oneProgram(t, backend, want, opt(), schedule, steps)
-
-				got := newTestContext()
-				engine, err := New(Config{Backend: backend, Ctx: got, Optimizer: opt(), Schedule: schedule, Compute: dtypes.BFloat16})
-				if err != nil {
-					t.Fatal(err)
+			for _, flat := range []bool{false, true} {
+				if _, ok := opt().(optim.FlatOptimizer); flat && !ok {
+					continue
 				}
-				defer engine.Close()
-				stages := stagesOf(t, engine, got)
-				var params []*tensors.Tensor
-				for step := range steps {
-					grads := testGradients(got, step)
-					for i := len(stages) - 1; i >= 0; i-- {
-						var gs []*tensors.Tensor
-						for _, v := range stages[i].Variables() {
-							gs = append(gs, grads[v])
-						}
-						if params, err = stages[i].Update(gs, Scaling{}); err != nil {
-							t.Fatal(err)
-						}
-					}
-					if err := engine.Commit(); err != nil {
-						t.Fatal(err)
-					}
+				path, reference := "graph", backend
+				if flat {
+					path, reference = "flat", testkit.Embedded()
 				}
-				wantVars, gotVars := testkit.Variables(t, want), testkit.Variables(t, got)
-				if len(gotVars) != len(wantVars) {
-					t.Fatalf("%d variables, want %d: %v", len(gotVars), len(wantVars), keys(gotVars))
-				}
-				for name, w := range wantVars {
-					g, ok := gotVars[name]
-					if !ok {
-						t.Fatalf("no variable %s in the engine's context", name)
-					}
-					t.Run(name, func(t *testing.T) { assertSame(t, g, w) })
-				}
-				// stage 0 ran last: its parameters, rounded to bfloat16.
-				for i, v := range stages[0].Variables() {
-					w := testkit.Execute(t, backend, func(xs []*graph.Node) []*graph.Node {
-						return []*graph.Node{graph.ConvertDType(xs[0], dtypes.BFloat16)}
-					}, wantVars[v.ScopeAndName()])
-					testkit.AssertBitIdentical(t, params[i:i+1], w)
-				}
-			})
+				t.Run(backend.Name()+"/"+name+"/"+path, func(t *testing.T) {
+					stagesEqualOneProgram(t, backend, reference, opt, !flat, schedule, steps)
+				})
+			}
 		}
+	}
+}
+
+// stagesEqualOneProgram checks the engine on backend (its graph update, or its flat loop) against
+// one program on reference.
+func stagesEqualOneProgram(t *testing.T, backend, reference backends.Backend, opt func() optim.GradientsOptimizer, graphUpdate bool, schedule optim.Schedule, steps int) {
+	want := newTestContext()
+	oneProgram(t, reference, want, opt(), schedule, steps)
+
+	got := newTestContext()
+	engine, err := New(Config{Backend: backend, Ctx: got, Optimizer: opt(), Schedule: schedule, Compute: dtypes.BFloat16, GraphUpdate: graphUpdate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	stages := stagesOf(t, engine, got)
+	if stages[0].Flat() == graphUpdate {
+		t.Fatalf("the stage's flat loop: %v, want %v", stages[0].Flat(), !graphUpdate)
+	}
+	var params []*tensors.Tensor
+	for step := range steps {
+		grads := testGradients(got, step)
+		for i := len(stages) - 1; i >= 0; i-- {
+			var gs []*tensors.Tensor
+			for _, v := range stages[i].Variables() {
+				gs = append(gs, grads[v])
+			}
+			if params, err = stages[i].Update(gs, Scaling{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := engine.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantVars, gotVars := testkit.Variables(t, want), testkit.Variables(t, got)
+	if len(gotVars) != len(wantVars) {
+		t.Fatalf("%d variables, want %d: %v", len(gotVars), len(wantVars), keys(gotVars))
+	}
+	for name, w := range wantVars {
+		g, ok := gotVars[name]
+		if !ok {
+			t.Fatalf("no variable %s in the engine's context", name)
+		}
+		t.Run(name, func(t *testing.T) { assertSame(t, g, w) })
+	}
+	// stage 0 ran last: its parameters, rounded to bfloat16.
+	for i, v := range stages[0].Variables() {
+		w := testkit.Execute(t, reference, func(xs []*graph.Node) []*graph.Node {
+			return []*graph.Node{graph.ConvertDType(xs[0], dtypes.BFloat16)}
+		}, wantVars[v.ScopeAndName()])
+		testkit.AssertBitIdentical(t, params[i:i+1], w)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -77,11 +76,13 @@ func parallel(n, threads int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// UpdateRate is an optimizer's measured update rate on a host backend, next to the bound the
-// host's memory bandwidth sets.
+// UpdateRate is an optimizer's measured update rate on the host, next to the bound the host's
+// memory bandwidth sets.
 type UpdateRate struct {
-	// Optimizer describes the optimizer; Params the parameters of the benchmark's one matrix.
+	// Optimizer describes the optimizer; Path how it updated ("flat loop" or "graph"); Params the
+	// parameters of the benchmark's one matrix.
 	Optimizer string `json:"optimizer"`
+	Path      string `json:"path"`
 	Params    int64  `json:"params"`
 	// Seconds is the best update's time, ParamsPerSecond Params over it.
 	Seconds         float64 `json:"seconds"`
@@ -91,18 +92,27 @@ type UpdateRate struct {
 	// master and the state read and written, the parameter written out in the compute dtype.
 	StateBytesPerParam float64 `json:"state_bytes_per_param"`
 	BytesPerParam      float64 `json:"bytes_per_param"`
-	// BoundParamsPerSecond is the host's bandwidth (triad) over BytesPerParam; Fraction the
-	// measured rate over it.
+	// BoundParamsPerSecond is the host's bandwidth over BytesPerParam; Fraction the measured rate
+	// over it.
 	BoundParamsPerSecond float64 `json:"bound_params_per_second"`
 	Fraction             float64 `json:"fraction"`
 }
 
+// Path names how a stage updates: "flat loop" or "graph".
+func (s *Stage) Path() string {
+	if s.flat {
+		return "flat loop"
+	}
+	return "graph"
+}
+
 // MeasureUpdate times steps updates (after one that compiles and creates the state) of one
-// [params/4096, 4096] float32 matrix with opt on backend, its gradient already on the backend
-// (as after its transfer from the device), returning the parameters in compute; bandwidth is the
-// host's triad figure in bytes per second, for the bound. params is rounded down to a multiple of
-// 4096 (at least 4096).
-func MeasureUpdate(backend backends.Backend, opt optim.Optimizer, compute dtypes.DType, params int64, steps int, bandwidth float64) (UpdateRate, error) {
+// [params/4096, 4096] float32 matrix by an engine of cfg (its Backend, Optimizer, Compute and
+// GraphUpdate; a constant learning rate), the gradient already on the host (local, as after its
+// transfer from the device; on the backend for a graph update), returning the parameters in
+// cfg.Compute; bandwidth is the host's copy bandwidth in bytes per second, for the bound. params is
+// rounded down to a multiple of 4096 (at least 4096).
+func MeasureUpdate(cfg Config, params int64, steps int, bandwidth float64) (UpdateRate, error) {
 	cols := int64(4096)
 	rows := max(params/cols, 1)
 	n := rows * cols
@@ -112,7 +122,8 @@ func MeasureUpdate(backend backends.Backend, opt optim.Optimizer, compute dtypes
 		values[i] = float32(i%97-48) * 1e-3
 	}
 	w := ctx.InAbsPath("/bench").VariableWithValue("w", tensors.FromFlatDataAndDimensions(values, int(rows), int(cols)))
-	engine, err := New(Config{Backend: backend, Ctx: ctx, Optimizer: opt, Schedule: optim.Constant(1e-3), Compute: compute})
+	cfg.Ctx, cfg.Schedule = ctx, optim.Constant(1e-3)
+	engine, err := New(cfg)
 	if err != nil {
 		return UpdateRate{}, err
 	}
@@ -124,12 +135,14 @@ func MeasureUpdate(backend backends.Backend, opt optim.Optimizer, compute dtypes
 	for i := range values {
 		values[i] = float32(i%89-44) * 1e-4
 	}
-	grad, err := tensors.FromFlatDataAndDimensions(values, int(rows), int(cols)).OnDeviceClone(backend, 0)
-	if err != nil {
-		return UpdateRate{}, fmt.Errorf("placing the gradient on the host backend: %w", err)
+	grad := tensors.FromFlatDataAndDimensions(values, int(rows), int(cols))
+	if !stage.Flat() {
+		if grad, err = grad.OnDeviceClone(cfg.Backend, 0); err != nil {
+			return UpdateRate{}, fmt.Errorf("placing the gradient on the host backend: %w", err)
+		}
 	}
 	defer grad.FinalizeAll()
-	r := UpdateRate{Optimizer: opt.String(), Params: n}
+	r := UpdateRate{Optimizer: engine.optimizer.(fmt.Stringer).String(), Path: stage.Path(), Params: n}
 	for step := range max(steps, 1) + 1 {
 		start := time.Now()
 		outs, err := stage.Update([]*tensors.Tensor{grad}, Scaling{})
@@ -160,8 +173,10 @@ func MeasureUpdate(backend backends.Backend, opt optim.Optimizer, compute dtypes
 	r.ParamsPerSecond = float64(n) / r.Seconds
 	r.StateBytesPerParam = float64(state) / float64(n)
 	computeBytes := 4.0
-	if compute != dtypes.InvalidDType {
-		computeBytes = float64(compute.Size())
+	if cfg.NoParams {
+		computeBytes = 0
+	} else if cfg.Compute != dtypes.InvalidDType {
+		computeBytes = float64(cfg.Compute.Size())
 	}
 	r.BytesPerParam = 4 + 2*4 + 2*r.StateBytesPerParam + computeBytes
 	r.BoundParamsPerSecond = bandwidth / r.BytesPerParam
