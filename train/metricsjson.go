@@ -11,11 +11,11 @@ import (
 // methods below), the floats shadowed by jsonFloats.
 type stepMetricsJSON struct {
 	stepMetricsFields
-	Loss     jsonFloat            `json:"loss"`
-	Accuracy jsonFloat            `json:"accuracy"`
-	Count    jsonFloat            `json:"count"`
-	Metrics  map[string]jsonFloat `json:"metrics,omitempty"`
-	MeanLoss jsonFloat            `json:"mean_loss"`
+	Loss     JSONFloat            `json:"loss"`
+	Accuracy JSONFloat            `json:"accuracy"`
+	Count    JSONFloat            `json:"count"`
+	Metrics  map[string]JSONFloat `json:"metrics,omitempty"`
+	MeanLoss JSONFloat            `json:"mean_loss"`
 }
 
 type stepMetricsFields StepMetrics
@@ -24,11 +24,11 @@ type stepMetricsFields StepMetrics
 // (JSON has no such numbers, and a diverged run's history must not be lost to the encoder); finite
 // numbers stay numbers.
 func (m StepMetrics) MarshalJSON() ([]byte, error) {
-	metrics := make(map[string]jsonFloat, len(m.Metrics))
+	metrics := make(map[string]JSONFloat, len(m.Metrics))
 	for k, v := range m.Metrics {
-		metrics[k] = jsonFloat(v)
+		metrics[k] = JSONFloat(v)
 	}
-	return json.Marshal(stepMetricsJSON{stepMetricsFields(m), jsonFloat(m.Loss), jsonFloat(m.Accuracy), jsonFloat(m.Count), metrics, jsonFloat(m.MeanLoss)})
+	return json.Marshal(stepMetricsJSON{stepMetricsFields(m), JSONFloat(m.Loss), JSONFloat(m.Accuracy), JSONFloat(m.Count), metrics, JSONFloat(m.MeanLoss)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -48,10 +48,13 @@ func (m *StepMetrics) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// jsonFloat is a float64 that JSON-encodes NaN and ±Inf as strings.
-type jsonFloat float64
+// JSONFloat is a float64 that JSON-encodes NaN and ±Inf as the strings "NaN", "+Inf" and "-Inf"
+// (JSON has no such numbers; encoding/json fails on them), and reads them back: the history's
+// metrics and whatever else reports a loss (onegpu eval --json) write a diverged value so.
+type JSONFloat float64
 
-func (f jsonFloat) MarshalJSON() ([]byte, error) {
+// MarshalJSON writes f as a number, or "NaN", "+Inf" or "-Inf".
+func (f JSONFloat) MarshalJSON() ([]byte, error) {
 	v := float64(f)
 	switch {
 	case math.IsNaN(v):
@@ -64,20 +67,21 @@ func (f jsonFloat) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-func (f *jsonFloat) UnmarshalJSON(data []byte) error {
+// UnmarshalJSON reads a number, or "NaN", "+Inf" or "-Inf".
+func (f *JSONFloat) UnmarshalJSON(data []byte) error {
 	var s string
 	if err := json.Unmarshal(data, &s); err == nil {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || !(math.IsNaN(v) || math.IsInf(v, 0)) {
 			return fmt.Errorf("metric %q: want a number, NaN, +Inf or -Inf", s)
 		}
-		*f = jsonFloat(v)
+		*f = JSONFloat(v)
 		return nil
 	}
 	var v float64
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	*f = jsonFloat(v)
+	*f = JSONFloat(v)
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +38,31 @@ type evalReport struct {
 	CrossEntropy string `json:"cross_entropy"`
 }
 
+// MarshalJSON writes the report with a loss that is not finite (a diverged model's) as the train
+// history writes one: the string "NaN", "+Inf" or "-Inf".
+func (r evalReport) MarshalJSON() ([]byte, error) {
+	type plain evalReport
+	return json.Marshal(struct {
+		plain
+		Loss train.JSONFloat `json:"loss"`
+	}{plain(r), train.JSONFloat(r.Loss)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *evalReport) UnmarshalJSON(data []byte) error {
+	type plain evalReport
+	var raw struct {
+		plain
+		Loss train.JSONFloat `json:"loss"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*r = evalReport(raw.plain)
+	r.Loss = float64(raw.Loss)
+	return nil
+}
+
 func runEval(args []string, w io.Writer) error {
 	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
 	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama or a Qwen2")
@@ -44,7 +70,7 @@ func runEval(args []string, w io.Writer) error {
 	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
 	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
 	backendText := fs.String("backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
-	asJSON := fs.Bool("json", false, `print {"loss": ..., "tokens": N, ...} as one JSON object`)
+	asJSON := fs.Bool("json", false, `print {"loss": ..., "tokens": N, ...} as one JSON object (a loss that is not finite as the string "NaN", "+Inf" or "-Inf")`)
 	var attentionText, crossEntropyText string
 	chunkingFlags(fs, &attentionText, &crossEntropyText)
 	if err := parseArgs(fs, args); err != nil {

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -252,5 +255,40 @@ func TestMistralWindowBoundsTheSequence(t *testing.T) {
 	if err := runTrain([]string{"--init-hf", fixture, "--seq", "25", "--steps", "1"}, &bytes.Buffer{}); err == nil ||
 		!strings.Contains(err.Error(), "--seq 25: Llama config: SeqLen = 25 exceeds SlidingWindow = 24") {
 		t.Errorf("train --seq past the window: %v", err)
+	}
+}
+
+// TestEvalJSONWritesANaNLoss: eval --json of a checkpoint whose final norm is NaN prints its
+// report with the loss "NaN", as train's history writes one, and reads back as NaN (before: exit
+// 1 with "json: unsupported value: NaN" and nothing printed).
+func TestEvalJSONWritesANaNLoss(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	dir := copyFolder(t, hfFixture, filepath.Join(t.TempDir(), "nan"))
+	path := filepath.Join(dir, "model.safetensors")
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm, _ := f.Tensor("model.norm.weight")
+	raw, err := os.ReadFile(path)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataStart := 8 + int64(binary.LittleEndian.Uint64(raw))
+	for i := dataStart + norm.Begin; i < dataStart+norm.End; i += 4 {
+		binary.LittleEndian.PutUint32(raw[i:], math.Float32bits(float32(math.NaN())))
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runEval([]string{"--hf", dir, "--tokens", filepath.Join("..", "..", "hf", "testdata", "llama3_untied.tokens.npy"), "--json"}, &out); err != nil {
+		t.Fatalf("eval --json: %v\n%s", err, out.String())
+	}
+	var r evalReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil || !math.IsNaN(r.Loss) || r.Tokens != 46 || !strings.Contains(out.String(), `"loss": "NaN"`) {
+		t.Errorf("eval --json: %v, %+v\n%s", err, r, out.String())
 	}
 }
