@@ -304,3 +304,46 @@ func TestFrozenProductKeepsNoWeight(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeAdapters: a projection's output with its adapters equals, within float32 rounding,
+// the output of the plain projection after MergeAdapters folded them into its weight (a float
+// weight, and an NF4 one, dequantized first); the adapters and codes are gone.
+func TestMergeAdapters(t *testing.T) {
+	const rows, in, features = 5, 64, 24
+	xs := testkit.NormalInput(rand.New(rand.NewPCG(9, 36)), rows, in).Floats
+	policy := mixed.Float32
+	for _, quantize := range []quant.Config{{}, quant.QLoRA()} {
+		lora := layers.LoRA{Rank: 4, Alpha: 12, Targets: []string{"q_proj"}, Quantize: quantize}
+		backend := testkit.Embedded()
+		x := func() *tensors.Tensor { return tensors.FromFlatDataAndDimensions(xs, rows, in) }
+		ctx := context.New()
+		runLoRA(t, backend, ctx, policy, layers.LoRA{}, x(), features)
+		if _, err := layers.QuantizeWeights(ctx, lora); err != nil {
+			t.Fatal(err)
+		}
+		ctx = ctx.Reuse().Checked(false)
+		runLoRA(t, backend, ctx, policy, lora, x(), features)
+		b := ctx.GetVariableByScopeAndName("/q_proj/lora_B", "weight")
+		bValues := make([]float32, features*4)
+		for i := range bValues {
+			bValues[i] = float32(i%7-3) / 10
+		}
+		if err := b.SetValue(tensors.FromFlatDataAndDimensions(bValues, features, 4)); err != nil {
+			t.Fatal(err)
+		}
+		adapted := runLoRA(t, backend, ctx, policy, lora, x(), features).out
+		n, err := layers.MergeAdapters(ctx, lora)
+		if err != nil || n != 1 {
+			t.Fatalf("MergeAdapters: %d, %v", n, err)
+		}
+		for v := range ctx.IterVariables() {
+			if layers.IsAdapter(v) || strings.Contains(v.Scope(), layers.QuantizedScope) {
+				t.Errorf("%s survived the merge", v.ScopeAndName())
+			}
+		}
+		merged := runLoRA(t, backend, ctx, policy, layers.LoRA{}, x(), features).out
+		if err := testkit.RelL2(merged, adapted); !(err < 1e-6) {
+			t.Errorf("quantized %q: the merged projection differs from the adapted one by %.3g (relative L2)", quantize.Format, err)
+		}
+	}
+}

@@ -13,7 +13,9 @@ import (
 	"github.com/onegpu/onegpu/data"
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/quant"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -36,6 +38,9 @@ type evalReport struct {
 	// Attention and CrossEntropy are how the loss was computed (--attention, --cross-entropy).
 	Attention    string `json:"attention"`
 	CrossEntropy string `json:"cross_entropy"`
+	// Adapter is the PEFT adapter folder applied (--adapter), and its LoRA.
+	Adapter string `json:"adapter,omitempty"`
+	LoRA    string `json:"lora,omitempty"`
 }
 
 // MarshalJSON writes the report with a loss that is not finite (a diverged model's) as the train
@@ -64,8 +69,10 @@ func (r *evalReport) UnmarshalJSON(data []byte) error {
 }
 
 func runEval(args []string, w io.Writer) error {
-	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
+	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--adapter DIR [--quantize-base nf4|int8]] [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
 	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama or a Qwen2")
+	adapter := fs.String("adapter", "", "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) for --hf's model, applied to it (default: none)")
+	quantizeBase := fs.String("quantize-base", "", "with --adapter: quantize the adapted base weights as a QLoRA run trained them, nf4 or int8 (default: as loaded)")
 	tokensFile := fs.String("tokens", "", ".npy of token ids [sequences, length], int32 or int64; each sequence's tokens after the first are predicted")
 	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
 	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
@@ -127,6 +134,23 @@ func runEval(args []string, w io.Writer) error {
 	}
 	m := p.Model.(train.Model)
 	settings := train.Settings{Policy: policy, Attention: attention, CrossEntropy: crossEntropy}
+	if *adapter != "" {
+		if settings.LoRA, err = hf.LoadAdapter(p.Ctx, *adapter, p.Layout, policy.Param); err != nil {
+			return fmt.Errorf("--adapter: %w", err)
+		}
+		if *quantizeBase != "" {
+			format, err := quant.ParseFormat(*quantizeBase)
+			if err != nil {
+				return fmt.Errorf("--quantize-base: %w", err)
+			}
+			settings.LoRA.Quantize = quant.Default(format)
+			if _, err := layers.QuantizeWeights(p.Ctx, settings.LoRA); err != nil {
+				return fmt.Errorf("--quantize-base: %w", err)
+			}
+		}
+	} else if *quantizeBase != "" {
+		return fmt.Errorf("--quantize-base applies to the base of an --adapter: give --adapter DIR")
+	}
 	// p.Ctx is in Reuse mode: a variable the folder lacks is an error, not a fresh random weight.
 	exec, err := context.NewExec(backend, p.Ctx, func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
 		settings.Apply(ctx, tokens.Graph())
@@ -153,11 +177,14 @@ func runEval(args []string, w io.Writer) error {
 		count += float64(tensors.MustCopyFlatData[float32](outs[1])[0])
 	}
 	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: fmt.Sprint(m), Policy: policy.String(), Backend: spec.String(),
-		Attention: attention.String(), CrossEntropy: crossEntropy.String()}
+		Attention: attention.String(), CrossEntropy: crossEntropy.String(), Adapter: *adapter, LoRA: settings.LoRA.String()}
 	if *asJSON {
 		return writeJSON(w, r)
 	}
 	fmt.Fprintf(w, "loss %.6f over %d tokens (%d sequences of %s)\nmodel %s\npolicy %s, attention %s, cross-entropy %s, backend %s\n",
 		r.Loss, r.Tokens, ids.Rows(), *tokensFile, r.Model, r.Policy, r.Attention, r.CrossEntropy, r.Backend)
+	if r.Adapter != "" {
+		fmt.Fprintf(w, "adapter %s (LoRA %s)\n", r.Adapter, r.LoRA)
+	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 // BaseDType), shared by train, memory and plan.
 type loraFlags struct {
 	lora, quantizeBase, baseDType string
+	// adapter is --init-adapter's LoRA, the run's when --lora is not given.
+	adapter layers.LoRA
 }
 
 func (l *loraFlags) register(fs *flag.FlagSet) {
@@ -28,17 +30,20 @@ func (l *loraFlags) register(fs *flag.FlagSet) {
 
 // apply reads the flags into c, checked with the flags' names.
 func (l *loraFlags) apply(c *train.Config, set map[string]bool) error {
-	if !set["lora"] {
+	lora := l.adapter
+	if set["lora"] {
+		var err error
+		if lora, err = layers.ParseLoRA(l.lora); err != nil {
+			return fmt.Errorf("--lora: %w", err)
+		}
+	}
+	if !lora.Active() {
 		for _, name := range []string{"quantize-base", "base-dtype"} {
 			if set[name] {
 				return fmt.Errorf("--%s applies to a run with adapters on a frozen base: give --lora too", name)
 			}
 		}
 		return nil
-	}
-	lora, err := layers.ParseLoRA(l.lora)
-	if err != nil {
-		return fmt.Errorf("--lora: %w", err)
 	}
 	if set["quantize-base"] {
 		format, err := quant.ParseFormat(l.quantizeBase)

@@ -26,13 +26,15 @@ func init() {
 }
 
 func runTrain(args []string, w io.Writer) error {
-	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
+	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR [--merge]] [--lora SPEC [--quantize-base nf4|int8] [--base-dtype D]] [--init-adapter DIR] [--export-adapter DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
 	dataName := fs.String("data", "text", "a language model's data: text (byte-level Genesis and Exodus, shipped with onegpu), synthetic (the tutorial's fixed random batch)\nor FILE.npy (token ids [sequences, length], int32 or int64, cut into windows of the sequence length + 1)")
 	var hfFlags hfRun
 	hfFlags.register(fs)
+	var adapterFlags adapterRun
+	adapterFlags.register(fs)
 	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change")
 	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
 	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
@@ -76,12 +78,18 @@ func runTrain(args []string, w io.Writer) error {
 	if err := hfFlags.prepare(&s, set); err != nil {
 		return err
 	}
+	if err := adapterFlags.prepare(&s, set); err != nil {
+		return err
+	}
 	config, err := s.config()
 	if err != nil {
 		return err
 	}
 	hfFlags.overwrite, hfFlags.checkpointDir = *overwrite, *checkpointDir
 	if err := hfFlags.check(config); err != nil {
+		return err
+	}
+	if err := adapterFlags.check(config, &hfFlags); err != nil {
 		return err
 	}
 	if *budgetText != "" {
@@ -143,12 +151,18 @@ func runTrain(args []string, w io.Writer) error {
 	if err := hfFlags.load(trainer, store, progress); err != nil {
 		return err
 	}
+	if err := adapterFlags.load(trainer, store, progress); err != nil {
+		return err
+	}
 	stop, stopped := stopOnSignal(os.Stderr)
 	defer stopped()
 	history, runErr := trainer.Run(batches, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
 		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop, AllowOtherData: *allowOtherData})
 	if history == nil {
 		return runErr
+	}
+	if runErr == nil {
+		runErr = adapterFlags.export(trainer, progress)
 	}
 	if runErr == nil {
 		runErr = hfFlags.export(trainer, progress)
