@@ -41,9 +41,14 @@ type Pretrained struct {
 // Open is the one way onegpu loads a Hugging Face folder (a checkpoint transformers'
 // save_pretrained wrote): it reads config.json into the model its family describes
 // (ReadConfig, at sequence length seq; 0 for DefaultSeqLen capped at the model's positions),
-// then the safetensors weights into ctx's variables under ctx's scope, in param dtype (see
-// LoadWeights). Give a new context (context.New()) for a model of its own, or the context a
-// trainer trains (train.Trainer.SetWeights) to start a run from the weights.
+// then the safetensors weights (model.safetensors, or the shards of model.safetensors.index.json;
+// float32, bfloat16, float16 or float64) into ctx's variables under ctx's scope by their Hugging
+// Face names: new variables in param dtype, existing ones in their own, rounded to nearest. A
+// missing, extra or misshapen tensor, or a config.json asking for more layers than the files
+// hold, is an error naming it before any variable changes; beyond the variables, loading holds
+// one 1 MiB chunk in Go memory (the files are memory-mapped where the platform allows). Give a
+// new context (context.New()) for a model of its own, or the context a trainer trains
+// (train.Trainer.SetWeights) to start a run from the weights.
 //
 //	p, err := hf.Open(context.New(), "Qwen2.5-0.5B", dtypes.Float32, 512)
 //	m := &train.Loaded{Model: p.Model.(train.Model), Policy: f32, Backend: backend, Ctx: p.Ctx}
@@ -53,7 +58,7 @@ func Open(ctx *context.Context, dir string, param dtypes.DType, seq int) (*Pretr
 	if err != nil {
 		return nil, err
 	}
-	if err := LoadWeights(ctx, dir, layout, param); err != nil {
+	if err := loadWeights(ctx, dir, layout, param); err != nil {
 		return nil, err
 	}
 	return &Pretrained{Dir: dir, Model: layout.Model(), Layout: layout, Ctx: ctx.Reuse()}, nil
@@ -68,7 +73,7 @@ type loadItem struct {
 	dtype    dtypes.DType
 }
 
-// LoadWeights reads the weights of dir (model.safetensors, or the shards model.safetensors.index.json
+// loadWeights reads the weights of dir (model.safetensors, or the shards model.safetensors.index.json
 // names; float32, bfloat16, float16 or float64) into the variables of the model layout describes
 // under ctx's scope, by Hugging Face's names (Layout.Tensors, VariableOf). Variables that do not exist yet
 // are created in param dtype (float32, bfloat16, float16 or float64); existing ones keep their
@@ -84,7 +89,7 @@ type loadItem struct {
 // Files are memory-mapped where the platform allows it and each tensor is converted straight into
 // its variable's tensor (by 1 MiB chunks when not mapped): beyond the variables themselves, loading
 // holds no more than one chunk in Go memory.
-func LoadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.DType) error {
+func loadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.DType) error {
 	if _, ok := fileTypes[param]; !ok {
 		return fmt.Errorf("loading %s: param dtype %s is not a floating-point dtype (float32, bfloat16, float16 or float64)", dir, param)
 	}
@@ -117,7 +122,7 @@ func LoadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.D
 	return nil
 }
 
-// CheckWeights returns the error LoadWeights would return for the weights of dir and the model
+// CheckWeights returns the error Open would return for the weights of dir and the model
 // layout describes, reading only the files' headers: a run checks its checkpoint with it before it
 // builds the model (a config.json that asks for more layers or parameters than the weights hold is
 // refused at once, without building anything of its size).
