@@ -18,6 +18,10 @@ type Projection struct {
 	// Bias is [vocab], or nil for none.
 	Bias         *graph.Node
 	ClassesFirst bool
+	// Frozen says the weight and bias take no gradient (a LoRA run's head): the chunked loss's
+	// backward pass computes the gradient of x only, skipping the [vocab, width] products and
+	// their sum.
+	Frozen bool
 }
 
 // ChunkedCrossEntropySum is mixed.SoftmaxCrossEntropySum(x·W + b, labels, weights) computed chunk
@@ -59,6 +63,9 @@ func (l *chunkedLoss) sum(x *graph.Node, proj Projection) *graph.Node {
 	if proj.Bias != nil {
 		inputs = append(inputs, proj.Bias)
 	}
+	if proj.Frozen {
+		inputs, l.frozen = inputs[:1], true
+	}
 	return withGradients("loss", inputs, l.forward(), l.backward)
 }
 
@@ -79,6 +86,8 @@ type chunkedLoss struct {
 	// countCorrect asks forward to sum into correct the weights of the tokens predicted right.
 	countCorrect bool
 	correct      *graph.Node
+	// frozen: the backward pass gives x's gradient only.
+	frozen bool
 }
 
 func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node, chunk int) *chunkedLoss {
@@ -217,7 +226,7 @@ func (l *chunkedLoss) backward(_, dSum *graph.Node) []*graph.Node {
 		} else {
 			dLogits = graph.Mul(dLogits, coef)
 		}
-		if l.bias != nil {
+		if l.bias != nil && !l.frozen {
 			dB = addOrSet(dB, graph.ReduceSum(dLogits, 0))
 		}
 		dl := graph.ConvertDType(dLogits, l.x.DType()) // the product's dtype, as Dense's gradient
@@ -226,6 +235,10 @@ func (l *chunkedLoss) backward(_, dSum *graph.Node) []*graph.Node {
 			classAxis = 0
 		}
 		dx[c] = graph.DotGeneral(dl, []int{1}, nil, l.weight, []int{classAxis}, nil) // [rows, width]
+		if l.frozen {
+			chain = []*graph.Node{dx[c]}
+			continue
+		}
 		var dWc *graph.Node
 		if l.classesFirst {
 			dWc = graph.DotGeneral(dl, []int{0}, nil, xc, []int{0}, nil) // [vocab, width]
@@ -234,6 +247,9 @@ func (l *chunkedLoss) backward(_, dSum *graph.Node) []*graph.Node {
 		}
 		dW = addOrSet(dW, graph.ConvertDType(dWc, l.wide))
 		chain = []*graph.Node{dx[c], dW}
+	}
+	if l.frozen {
+		return []*graph.Node{graph.Reshape(concatenate(dx, 0), l.xShape.Dimensions...)}
 	}
 	grads := []*graph.Node{graph.Reshape(concatenate(dx, 0), l.xShape.Dimensions...), dW}
 	if l.bias != nil {

@@ -57,7 +57,7 @@ func (l Linear) Apply(ctx *context.Context, x *graph.Node, features int) *graph.
 // loss that applies the output layer itself, chunk by chunk (ChunkedCrossEntropySum).
 func (l Linear) Projection(ctx *context.Context, g *graph.Graph, in, features int) Projection {
 	param := mixed.PolicyOf(ctx).Param
-	p := Projection{ClassesFirst: true,
+	p := Projection{ClassesFirst: true, Frozen: LoRAOf(ctx).Active(),
 		Weight: NormalVariable(ctx, "weight", shapes.Make(param, features, in), InitializerRange).ValueGraph(g)}
 	if l.Bias {
 		p.Bias = ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(param, features)).ValueGraph(g)

@@ -347,3 +347,27 @@ func TestMergeAdapters(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedLossFrozenHead: with a frozen projection the chunked loss gives the same value and
+// the same gradient of x, bit for bit, as with a trainable one, without the weight's.
+func TestChunkedLossFrozenHead(t *testing.T) {
+	const tokens, width, vocab = 12, 16, 40
+	rng := rand.New(rand.NewPCG(3, 36))
+	xs, ws := testkit.NormalInput(rng, 2, 6, width).Floats, testkit.NormalInput(rng, vocab, width).Floats
+	labels := make([]int32, tokens)
+	for i := range labels {
+		labels[i] = int32(rng.IntN(vocab))
+	}
+	var outs [2][]float64
+	for i, frozen := range []bool{false, true} {
+		got := testkit.Run(t, testkit.Embedded(), func(in []*graph.Node) []*graph.Node {
+			proj := layers.Projection{Weight: in[1], ClassesFirst: true, Frozen: frozen}
+			sum, _ := layers.ChunkedCrossEntropySum(in[0], proj, graph.Reshape(in[2], 2, 6), nil, 5)
+			return []*graph.Node{sum, graph.Gradient(sum, in[0])[0]}
+		}, tensors.FromFlatDataAndDimensions(xs, 2, 6, width), tensors.FromFlatDataAndDimensions(ws, vocab, width), tensors.FromFlatDataAndDimensions(labels, tokens))
+		outs[i] = append(got[0], got[1]...)
+	}
+	if !slices.Equal(outs[0], outs[1]) {
+		t.Errorf("a frozen head changes the loss or x's gradient (relative L2 %.3g)", testkit.RelL2(outs[1], outs[0]))
+	}
+}

@@ -129,7 +129,7 @@ func (m Llama) CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.No
 // when the embeddings are tied, "lm_head" otherwise.
 func (m Llama) head(ctx *context.Context, g *graph.Graph) layers.Projection {
 	if m.Config.TiedEmbeddings {
-		return layers.Projection{Weight: m.embeddings(ctx, g), ClassesFirst: true}
+		return layers.Projection{Weight: m.embeddings(ctx, g), ClassesFirst: true, Frozen: layers.LoRAOf(ctx).Active()}
 	}
 	return layers.Linear{}.Projection(ctx.In("lm_head"), g, m.Config.Hidden, m.Config.Vocab)
 }
