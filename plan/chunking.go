@@ -77,12 +77,18 @@ var AllChunkings = []Chunking{
 
 // SearchLadder is Search over the rungs of states and, on each, of chunkings: it returns the
 // candidates of the first pair on which one fits, and that pair; when none fits anywhere, the
-// last pair's (the smallest). The state rungs are outside because they cost time the FLOP-based
+// last pair's (the leanest). The state rungs are outside because they cost time the FLOP-based
 // estimate does not see (8-bit Adam's quantization, the offload's transfers); chunking costs
-// little. On a state rung where the first chunking fits nothing, the last (the most chunked, the
-// least memory) is tried next, and the ones between only when it fits: a budget nothing fits
-// costs two searches per state rung, not one per chunking. Nil states keep base's optimizer and
-// offload (the StateOptions returned is then the zero value).
+// little. Nil states keep base's optimizer and offload (the StateOptions returned is then the
+// zero value).
+//
+// A budget nothing fits is answered without searching every pair: every configuration holds its
+// parameters, its optimizer's state and a batch (ArgumentBytes), which no compute dtype, remat or
+// micro-batch count changes, so one estimate of the leanest pair whose arguments exceed the budget
+// answers alone (its one candidate); otherwise, when neither the first pair nor the leanest fits,
+// those two searches answer (before, a budget of 1 byte searched every rung: 199 s for the tiny
+// GPT). On a rung whose first chunking fits nothing, the last (the most chunked) is tried next,
+// and the ones between only when it fits.
 func SearchLadder(backend backends.Backend, base train.Config, budget int64, rate Throughput, compile bool,
 	states []StateOptions, chunkings []Chunking) ([]Candidate, StateOptions, Chunking, error) {
 	if len(chunkings) == 0 {
@@ -92,40 +98,90 @@ func SearchLadder(backend backends.Backend, base train.Config, budget int64, rat
 	if own {
 		states = []StateOptions{{}}
 	}
-	for i, opts := range states {
+	pair := func(i, j int) (train.Config, error) {
 		c := base
 		if !own {
 			var err error
-			if c, err = opts.Apply(base); err != nil {
-				return nil, opts, Chunking{}, err
+			if c, err = states[i].Apply(base); err != nil {
+				return c, err
 			}
 		}
-		search := func(k Chunking) ([]Candidate, bool, error) {
-			rows, err := Search(backend, k.Apply(c), budget, rate, compile)
-			return rows, err == nil && Fastest(rows) >= 0, err
-		}
-		rows, fits, err := search(chunkings[0])
-		if err != nil || fits || len(chunkings) == 1 {
-			if err != nil || fits || i == len(states)-1 {
-				return rows, opts, chunkings[0], err
+		return chunkings[j].Apply(c), nil
+	}
+	type key struct{ state, chunking int }
+	searched := map[key][]Candidate{}
+	search := func(i, j int) ([]Candidate, bool, error) {
+		rows, ok := searched[key{i, j}]
+		if !ok {
+			c, err := pair(i, j)
+			if err != nil {
+				return nil, false, err
 			}
+			if rows, err = Search(backend, c, budget, rate, compile); err != nil {
+				return nil, false, err
+			}
+			searched[key{i, j}] = rows
+		}
+		return rows, Fastest(rows) >= 0, nil
+	}
+	lastState, lastChunking := len(states)-1, len(chunkings)-1
+	if _, beyond := argumentsBeyond(backend, budget, rate, pair, 0, 0); beyond { // one cheap estimate, then the leanest's
+		if probe, beyond := argumentsBeyond(backend, budget, rate, pair, lastState, lastChunking); beyond {
+			return []Candidate{probe}, states[lastState], chunkings[lastChunking], nil
+		}
+	}
+	rows, fits, err := search(0, 0)
+	if err != nil || fits || lastState == 0 && lastChunking == 0 {
+		return rows, states[0], chunkings[0], err
+	}
+	if leanest, fits, err := search(lastState, lastChunking); err != nil || !fits {
+		return leanest, states[lastState], chunkings[lastChunking], err
+	}
+	for i := range states { // something fits: the first pair, in the ladder's order, where it does
+		rows, fits, err := search(i, 0)
+		if err != nil || fits {
+			return rows, states[i], chunkings[0], err
+		}
+		if lastChunking == 0 {
 			continue
 		}
-		last := chunkings[len(chunkings)-1]
-		leanest, fits, err := search(last)
-		if err != nil || (!fits && i == len(states)-1) {
-			return leanest, opts, last, err
+		leanest, fits, err := search(i, lastChunking)
+		if err != nil {
+			return nil, states[i], chunkings[lastChunking], err
 		}
 		if !fits {
 			continue
 		}
-		for _, k := range chunkings[1 : len(chunkings)-1] { // the plainest that fits
-			rows, fits, err := search(k)
-			if err != nil || fits {
-				return rows, opts, k, err
+		for j := 1; j < lastChunking; j++ { // the plainest that fits
+			if rows, fits, err := search(i, j); err != nil || fits {
+				return rows, states[i], chunkings[j], err
 			}
 		}
-		return leanest, opts, last, nil
+		return leanest, states[i], chunkings[lastChunking], nil
 	}
-	panic("unreachable: the ladders are not empty")
+	panic("unreachable: the leanest pair fits")
+}
+
+// argumentsBeyond estimates the first variant of the pair (i, j) without compiling, and returns it
+// when its arguments alone (parameters, optimizer state, a batch: the same for every variant of
+// the pair) exceed budget: then nothing of the pair fits.
+func argumentsBeyond(backend backends.Backend, budget int64, rate Throughput,
+	pair func(i, j int) (train.Config, error), i, j int) (Candidate, bool) {
+	c, err := pair(i, j)
+	if err != nil {
+		return Candidate{}, false
+	}
+	for _, v := range SearchGrid(c.Batch) {
+		config, err := v.Apply(c)
+		if err != nil {
+			continue
+		}
+		row, err := estimateCandidate(backend, v, config, budget, rate, false)
+		if err != nil || row.ArgumentBytes <= budget {
+			return Candidate{}, false
+		}
+		row.Fits, row.Pareto = false, true
+		return row, true
+	}
+	return Candidate{}, false
 }

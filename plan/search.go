@@ -74,15 +74,11 @@ func SearchOver(variants []Variant, backend backends.Backend, base train.Config,
 		if err != nil {
 			continue // a micro-batch count that does not divide the batch
 		}
-		e, err := EstimateStep(backend, config, compile)
+		row, err := estimateCandidate(backend, v, config, budget, rate, compile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", v, err)
+			return nil, err
 		}
-		tflops := rate.Float32
-		if v.Compute == "bfloat16" {
-			tflops = rate.BFloat16
-		}
-		rows = append(rows, Candidate{Variant: v, Estimate: e, Seconds: float64(e.FLOPs) / (tflops * 1e12), Fits: e.Memory() <= budget})
+		rows = append(rows, row)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		if rows[i].Seconds != rows[j].Seconds {
@@ -97,6 +93,19 @@ func SearchOver(variants []Variant, backend backends.Backend, base train.Config,
 		}
 	}
 	return rows, nil
+}
+
+// estimateCandidate estimates config, variant v of a search, as a Candidate (Pareto unset).
+func estimateCandidate(backend backends.Backend, v Variant, config train.Config, budget int64, rate Throughput, compile bool) (Candidate, error) {
+	e, err := EstimateStep(backend, config, compile)
+	if err != nil {
+		return Candidate{}, fmt.Errorf("%s: %w", v, err)
+	}
+	tflops := rate.Float32
+	if v.Compute == "bfloat16" {
+		tflops = rate.BFloat16
+	}
+	return Candidate{Variant: v, Estimate: e, Seconds: float64(e.FLOPs) / (tflops * 1e12), Fits: e.Memory() <= budget}, nil
 }
 
 // Fastest returns the index of the first (fastest) candidate that fits, or -1.

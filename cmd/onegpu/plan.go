@@ -188,9 +188,15 @@ func runPlan(args []string, w io.Writer) error {
 		if _, ok := base.Model.(train.LanguageModel); ok {
 			with += " and " + chunking.String()
 		}
-		fmt.Fprintf(w, "nothing fits, even with %s: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
-			"use more micro-batches (--batch must stay divisible), a smaller --preset or --seq, or a larger device\n\n",
-			with, smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
+		if smallest.ArgumentBytes > budget { // the search stopped at one estimate: see plan.SearchLadder
+			fmt.Fprintf(w, "nothing fits, even with %s: the parameters, the optimizer's state and one batch alone take %s, %s more than the budget;\n"+
+				"choose a smaller --preset or --batch, or a larger device\n\n",
+				with, ograph.FormatBytes(smallest.ArgumentBytes), ograph.FormatBytes(smallest.ArgumentBytes-budget))
+		} else {
+			fmt.Fprintf(w, "nothing fits, even with %s: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
+				"use more micro-batches (--batch must stay divisible), a smaller --preset or --seq, or a larger device\n\n",
+				with, smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
+		}
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
 	fmt.Fprintf(w, "  %-8s %-9s %3s %12s %10s %s\n", "compute", "remat", "k", "memory", "step", "fits")

@@ -39,12 +39,24 @@ func TestPlan(t *testing.T) {
 		}
 	}
 
-	out.Reset()
-	if err := runPlan([]string{"--preset", "tiny", "--budget", "1KiB"}, &out); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "nothing fits") || !strings.Contains(out.String(), "more than the budget") {
-		t.Errorf("a budget nothing fits should say so and by how much:\n%s", out.String())
+	// A budget below the parameters and optimizer state of the leanest rung is answered from one
+	// estimate (before: every rung of states and chunkings was searched, 199 s for 1 byte).
+	for _, budget := range []string{"1KiB", "1B"} {
+		out.Reset()
+		if err := runPlan([]string{"--preset", "tiny", "--budget", budget}, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "nothing fits") || !strings.Contains(out.String(), "the parameters, the optimizer's state and one batch alone take") ||
+			!strings.Contains(out.String(), "more than the budget") {
+			t.Errorf("--budget %s: a budget nothing fits should say so and by how much:\n%s", budget, out.String())
+		}
+		out.Reset()
+		if err := runPlan([]string{"--preset", "tiny", "--budget", budget, "--json"}, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Rows) != 1 || r.Best != nil || r.Rows[0].Fits {
+			t.Errorf("--budget %s --json: %v, %d rows, best %v; want the one estimate that answers", budget, err, len(r.Rows), r.Best)
+		}
 	}
 }
 
