@@ -9,6 +9,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 )
 
+// MaxTensorElements bounds the values of any one tensor onegpu counts — a model config may ask
+// for, a data file may hold — and of a model's parameter count: 2^46 (about 7·10^13, 256 TiB in
+// float32). Memory estimates add up thousands of tensors' bytes in int64, which stays exact below
+// it; a size past it is a typo, not a model.
+const MaxTensorElements = 1 << 46
+
 // Kind says what a buffer holds, for the breakdown of memory at the peak.
 type Kind int
 

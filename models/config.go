@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // GPTConfig is the shape of the tutorial's GPT: its sizes and dropout rate, nothing of how a run
@@ -27,11 +29,6 @@ func (c GPTConfig) Heads() int {
 	return c.Hidden / c.HeadDim
 }
 
-// MaxTensorElements bounds the values of any one tensor a config may ask for, and of its
-// parameter count: 2^46 (about 7·10^13, 256 TiB in float32). Memory estimates add up thousands
-// of tensors' bytes in int64, which stays exact below it; a size past it is a typo, not a model.
-const MaxTensorElements = 1 << 46
-
 // Validate returns an error naming the first field that cannot work, and why.
 func (c GPTConfig) Validate() error {
 	positive := []struct {
@@ -54,7 +51,7 @@ func (c GPTConfig) Validate() error {
 }
 
 // ValidateBatch returns an error when a batch of batch sequences, split into micro-batches of
-// microBatch sequences, holds a tensor with more values than onegpu counts (MaxTensorElements):
+// microBatch sequences, holds a tensor with more values than onegpu counts (ograph.MaxTensorElements):
 // sizes that are typos, not models.
 func (c GPTConfig) ValidateBatch(batch, microBatch int) error {
 	micro := float64(microBatch)
@@ -73,10 +70,10 @@ type tensorSize struct {
 	elements float64
 }
 
-// checkSizes returns an error, prefixed with model, naming the first size past MaxTensorElements.
+// checkSizes returns an error, prefixed with model, naming the first size past ograph.MaxTensorElements.
 func checkSizes(model string, sizes []tensorSize) error {
 	for _, size := range sizes {
-		if size.elements > MaxTensorElements {
+		if size.elements > ograph.MaxTensorElements {
 			return fmt.Errorf("%s: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", model, size.what, size.elements)
 		}
 	}
@@ -84,7 +81,7 @@ func checkSizes(model string, sizes []tensorSize) error {
 }
 
 // Params returns the number of parameters of the GPT, counted from the config. It is exact for
-// configs Validate accepts (their count is below MaxTensorElements).
+// configs Validate accepts (their count is below ograph.MaxTensorElements).
 func (c GPTConfig) Params() int64 { return paramCount[int64](c) }
 
 // paramCount counts the parameters in T: int64 for the exact count, float64 to see whether the

@@ -69,7 +69,7 @@ type Largest struct {
 }
 
 // MaxScale returns the largest n of ScaledGPT whose config onegpu builds (models.GPTConfig's
-// Validate: no tensor, and no parameter count, past models.MaxTensorElements): 620, a GPT of 930
+// Validate: no tensor, and no parameter count, past ograph.MaxTensorElements): 620, a GPT of 930
 // layers × hidden 79,360 and 70 trillion parameters. LargestThatFits sizes no model beyond it.
 func MaxScale() int {
 	// Validate refuses from some n on, and every larger one: the first n it refuses, less one.
