@@ -36,7 +36,7 @@ func (c ClassifierConfig) Validate() error {
 }
 
 // TutorialClassifier is the tutorial's MLP classifier: 128 inputs, 256 hidden, 100 classes,
-// dropout 0.1 (the tutorial trains it on batches of 512: plan.Defaults).
+// dropout 0.1 (the tutorial trains it on batches of 512: recipes.Defaults).
 var TutorialClassifier = ClassifierConfig{Inputs: 128, Hidden: 256, Classes: 100, Dropout: 0.1}
 
 // Classifier is the tutorial's MLP: Dense(Hidden) -> LayerNorm -> SiLU -> Dropout ->

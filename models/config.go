@@ -9,7 +9,7 @@ import (
 )
 
 // GPTConfig is the shape of the tutorial's GPT: its sizes and dropout rate, nothing of how a run
-// trains it (batch, micro-batches, learning rate: see train.Config and plan.Defaults).
+// trains it (batch, micro-batches, learning rate: see train.Config and recipes.Defaults).
 type GPTConfig struct {
 	Hidden      int     // width of the residual stream
 	Layers      int     // transformer blocks
@@ -96,7 +96,7 @@ func paramCount[T int64 | float64](c GPTConfig) T {
 
 // Presets of the GPT config. "tutorial" is the tutorial's model (155,877,376 parameters); "small"
 // and "tiny" train on a few CPU cores (a byte-level vocabulary of 256 fits the text corpus).
-// plan.Defaults gives the run each trains with by default.
+// recipes.Defaults gives the run each trains with by default.
 var Presets = map[string]GPTConfig{
 	"tutorial": {Hidden: 1024, Layers: 12, HeadDim: 128, MLPFactor: 4, SeqLen: 512, Vocab: 2048, Dropout: 0.1,
 		Description: "the tutorial's GPT: 12 layers, hidden 1024, 8 heads of 128, sequence 512"},

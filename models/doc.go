@@ -21,5 +21,5 @@
 //	sum, count := llama.CrossEntropy(ctx, tokens, labels, nil)                        // summed cross-entropy
 //
 // Adding a model is one file here (its config, presets and a type with the three methods of
-// train.Model) and one registration in plan (plan.Register) for `onegpu --model`.
+// train.Model) and one registration (recipes.Register) for `onegpu --model` and train.Load.
 package models

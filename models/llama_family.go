@@ -11,7 +11,7 @@ import (
 // LlamaFamily is a family of Llama-class models (a Hugging Face model_type whose checkpoints
 // models.Llama computes) with presets of its published shapes: the Llama's ("llama", LlamaPresets)
 // and Qwen2's ("qwen2", qwen2.go). String names a model by the family and preset of its shape, and
-// the CLI's --model takes each family's name with its presets (plan registers them all). A family
+// the CLI's --model takes each family's name with its presets (recipes registers them all). A family
 // is one file: its presets and a RegisterLlamaFamily call in an init.
 type LlamaFamily struct {
 	// Name is how String names the family's models: "Llama", "Qwen2".

@@ -3,7 +3,7 @@
 // (TutorialGrid, Variant.Apply), the estimate of a step without running it (EstimateStep) and the
 // planner's search for the fastest configuration that fits a memory budget (Search).
 //
-//	base, err := plan.Defaults("gpt", "tutorial")
+//	base, err := recipes.Defaults("gpt", "tutorial")
 //	rows, err := plan.Search(backend, base, 24<<30, plan.A5000, false)
 //	if i := plan.Fastest(rows); i >= 0 {
 //		fmt.Println(rows[i].Variant, rows[i].Memory(), rows[i].Seconds)

@@ -11,6 +11,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -139,7 +140,11 @@ func footprint(backend backends.Backend, base train.Config, family Scaled, m tra
 // LargestThatFits searches ScaledGPT for the largest n (up to MaxScale) whose step fits budget
 // with opts, at the tutorial's batch of 64: LargestOf the family ScaledGPTs.
 func LargestThatFits(backend backends.Backend, base train.Config, budget int64, opts StateOptions, compile bool, progress io.Writer) (Largest, error) {
-	base.Batch = gptRuns["tutorial"].batch
+	tutorial, err := recipes.Defaults("gpt", "tutorial")
+	if err != nil {
+		return Largest{}, err
+	}
+	base.Batch = tutorial.Batch
 	return LargestOf(backend, base, ScaledGPTs(), budget, opts, compile, progress)
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 // TestScaledLlama: scale 16 is Llama-3.2-1B, every scale up to the family's largest is a valid
@@ -32,7 +33,7 @@ func TestScaledLlama(t *testing.T) {
 func TestLargestLlama(t *testing.T) {
 	backend := testkit.Embedded()
 	const seq = 64
-	base, err := plan.Defaults("llama", "llama-3.2-1b")
+	base, err := recipes.Defaults("llama", "llama-3.2-1b")
 	if err != nil {
 		t.Fatal(err)
 	}

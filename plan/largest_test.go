@@ -9,6 +9,7 @@ import (
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 // TestLargestEstimateIsAffine: the sequential estimate of ScaledGPT's step is affine in the
@@ -17,7 +18,7 @@ import (
 // m(1) + (L-1)·(m(2) - m(1)) to the byte.
 func TestLargestEstimateIsAffine(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tutorial")
+	base, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestLargestEstimateIsAffine(t *testing.T) {
 // offloaded fits at least as large a model.
 func TestLargestThatFits(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tutorial")
+	base, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestLargestThatFits(t *testing.T) {
 // TestLargestUnbounded: a budget that fits the largest model onegpu builds (8 EiB) is answered
 // "unbounded", after a logarithmic number of estimates, not searched past it.
 func TestLargestUnbounded(t *testing.T) {
-	base, err := plan.Defaults("gpt", "tutorial")
+	base, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestLargestUnbounded(t *testing.T) {
 // offloaded; and each answer fits.
 func TestSearchStateClimbsTheLadder(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ type Longest struct {
 
 // LongestThatFits searches the sequence length, in multiples of SeqStep up to MaxSeq, for the
 // longest whose train step (base with chunking's attention and cross-entropy, and the model
-// withSeq gives, e.g. plan.Family.WithSeq) fits budget: doubling, then bisecting, so that it
+// withSeq gives, e.g. recipes.Family.WithSeq) fits budget: doubling, then bisecting, so that it
 // estimates about 2·log2(seq/SeqStep) lengths, each a whole step built and analyzed
 // (EstimateStep; compile: XLA's compiled total, minutes each at long sequences). Memory grows
 // with the sequence, so the answer is exact for the estimate. A length the model refuses

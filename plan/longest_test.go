@@ -12,18 +12,19 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
 // longBase is the tiny GPT trained one sequence at a time, bfloat16 with remat of whole blocks:
 // the leanest run, whose memory at long sequences is attention's and the logits'.
-func longBase(t *testing.T) (train.Config, plan.Family) {
+func longBase(t *testing.T) (train.Config, recipes.Family) {
 	t.Helper()
-	family, err := plan.Model("gpt")
+	family, err := recipes.Lookup("gpt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}

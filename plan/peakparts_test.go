@@ -8,6 +8,7 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -29,7 +30,7 @@ func TestPeakParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := plan.LanguageRun(m)
+	config := recipes.LanguageRun(m)
 	config.Batch, config.MicroBatches, config.Policy, config.Remat = 1, 1, f32, train.Remat{}
 	bytesOf := func(parts []plan.Part) map[string]int64 {
 		b := map[string]int64{}

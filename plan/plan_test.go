@@ -9,75 +9,15 @@ import (
 	"time"
 
 	"github.com/onegpu/onegpu/internal/testkit"
-	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
-
-// TestDefaults: the tutorial's setups, as the CLI and the notebooks use them.
-func TestDefaults(t *testing.T) {
-	gpt, err := plan.Defaults("gpt", "tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, ok := gpt.Model.(models.GPT); !ok || m.Config != models.Presets["tiny"] || gpt.Batch != 16 || gpt.MicroBatches != 4 ||
-		gpt.Schedule != plan.TutorialSchedule(3e-3) || gpt.Schedule.At(10) != 3e-3 ||
-		gpt.Policy.String() != "params=float32,compute=bfloat16,output=float32" || gpt.Remat.String() != "mlp,attn" || gpt.Validate() != nil {
-		t.Errorf("gpt tiny defaults %+v (validate: %v)", gpt, gpt.Validate())
-	}
-	tutorial, err := plan.Defaults("gpt", "tutorial")
-	if err != nil || tutorial.Batch != 64 || tutorial.MicroBatches != 4 || tutorial.Schedule.At(10) != 4e-4 {
-		t.Errorf("the tutorial's run: %+v, %v; want a batch of 64 in 4 micro-batches, peak 4e-4", tutorial, err)
-	}
-	mlp, err := plan.Defaults("mlp", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mlp.Batch != 512 || mlp.MicroBatches != 1 || mlp.Schedule.At(0) != 1e-3 || mlp.Schedule.At(100) != 1e-3 || mlp.Validate() != nil {
-		t.Errorf("mlp defaults %+v", mlp)
-	}
-	llama, err := plan.Defaults("llama", "llama-3.2-1b")
-	if err != nil || llama.Model.(train.LanguageModel) == nil || llama.Remat.String() != "block" || llama.Batch != 4 || llama.Validate() != nil {
-		t.Errorf("llama-3.2-1b defaults %+v, %v: want remat block, a batch of 4", llama, err)
-	}
-	if _, err := plan.Defaults("resnet", ""); err == nil || !strings.Contains(err.Error(), "the models are gpt, llama, mlp") {
-		t.Errorf("unknown model: %v", err)
-	}
-	if _, err := plan.Defaults("gpt", "huge"); err == nil || !strings.Contains(err.Error(), "tiny") {
-		t.Errorf("unknown preset: %v", err)
-	}
-	if _, err := plan.Defaults("mlp", "tiny"); err == nil || !strings.Contains(err.Error(), "no presets") {
-		t.Errorf("a preset of the MLP: %v", err)
-	}
-}
-
-// TestRegister: a family registered under a new name gives its runs through Defaults, with a
-// language model's defaults from LanguageRun; a name taken twice panics.
-func TestRegister(t *testing.T) {
-	plan.Register("gpt-test", plan.Family{Summary: "a GPT under another name", Presets: []string{"tiny"},
-		Run: func(preset string) (train.Config, error) {
-			c, err := models.Preset(preset)
-			return plan.LanguageRun(models.GPT{Config: c}), err
-		}})
-	c, err := plan.Defaults("gpt-test", "tiny")
-	if err != nil || c.Batch != 16 || c.MicroBatches != 4 || c.Remat.String() != "mlp,attn" || c.Validate() != nil {
-		t.Errorf("the registered family's run: %+v, %v", c, err)
-	}
-	if !slices.Contains(plan.ModelNames(), "gpt-test") {
-		t.Errorf("ModelNames %v lacks the registered family", plan.ModelNames())
-	}
-	defer func() {
-		if recover() == nil {
-			t.Error("registering gpt twice did not panic")
-		}
-	}()
-	plan.Register("gpt", plan.Family{Run: func(string) (train.Config, error) { return train.Config{}, nil }})
-}
 
 // TestGrid: the tutorial's 12 variants apply to the GPT; a micro-batch count that does not divide
 // the batch is an error, and SearchGrid leaves such counts out.
 func TestGrid(t *testing.T) {
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +41,7 @@ func TestGrid(t *testing.T) {
 	}
 	// Every variant Search tries on the tutorial GPT passes Validate, its unrolled-blocks bound
 	// (train.MaxUnrolledBlocks) included: none is skipped as an error.
-	tutorial, err := plan.Defaults("gpt", "tutorial")
+	tutorial, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +54,8 @@ func TestGrid(t *testing.T) {
 
 // TestSearchRefuses: Search plans the GPT only, at throughputs from MinTFLOPs to MaxTFLOPs.
 func TestSearchRefuses(t *testing.T) {
-	mlp, _ := plan.Defaults("mlp", "")
-	gpt, _ := plan.Defaults("gpt", "tiny")
+	mlp, _ := recipes.Defaults("mlp", "")
+	gpt, _ := recipes.Defaults("gpt", "tiny")
 	for _, tc := range []struct {
 		base train.Config
 		rate plan.Throughput
@@ -137,7 +77,7 @@ func TestSearchRefuses(t *testing.T) {
 // meet it.
 func TestSearchDevices(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +172,7 @@ func mustApply(t *testing.T, v plan.Variant, base train.Config) train.Config {
 // TestSearchOver: a search over chosen variants estimates those and no others, fastest first,
 // with the smallest of the fastest on the Pareto front and Fits against the budget.
 func TestSearchOver(t *testing.T) {
-	gpt, _ := plan.Defaults("gpt", "tiny")
+	gpt, _ := recipes.Defaults("gpt", "tiny")
 	variants := []plan.Variant{{Compute: "float32", Remat: "mlp,attn", MicroBatches: 1}, {Compute: "float32", Remat: "none", MicroBatches: 4}}
 	rows, err := plan.SearchOver(variants, testkit.Embedded(), gpt, 1<<40, plan.A5000, false)
 	if err != nil {
@@ -285,7 +225,7 @@ func TestDeviceCounts(t *testing.T) {
 // step time is infinite (a 1e-320 TFLOP/s device made plan's JSON fail on +Inf).
 func TestThroughputRange(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 // TestStreamedLlama8B: Llama-3.1-8B streamed: its published 8,030,261,248 parameters, float32
@@ -12,7 +13,7 @@ import (
 // key/value heads of 128, the SwiGLU's three 4096 × 14336 matrices, two RMSNorm gains), untied
 // embedding and output layer of 128,256 × 4096 (and the final norm's gain).
 func TestStreamedLlama8B(t *testing.T) {
-	config, err := plan.Defaults("llama", "llama-3.1-8b")
+	config, err := recipes.Defaults("llama", "llama-3.1-8b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestStreamedLlama8B(t *testing.T) {
 // (ScaledLlamas at Llama-3.1-8B's run: 4 sequences of 2048) reaches 8B parameters with Adam (16
 // bytes a parameter on the host) and 12B with 8-bit Adam (about 10).
 func TestLargestStreamedLlama(t *testing.T) {
-	base, err := plan.Defaults("llama", "llama-3.1-8b")
+	base, err := recipes.Defaults("llama", "llama-3.1-8b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestLargestStreamedLlama(t *testing.T) {
 // uploads the table too (its weights), but the model's parameters and state count it once: the
 // published 1,235,814,400, and the head's own state is its final norm's (2 × 4 × 2048 bytes).
 func TestStreamedTiedEmbeddings(t *testing.T) {
-	config, err := plan.Defaults("llama", "llama-3.2-1b")
+	config, err := recipes.Defaults("llama", "llama-3.2-1b")
 	if err != nil {
 		t.Fatal(err)
 	}

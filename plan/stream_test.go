@@ -10,6 +10,7 @@ import (
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -18,7 +19,7 @@ import (
 // by hand and against the whole step's variables.
 func TestStreamedTinyGPT(t *testing.T) {
 	backend := testkit.Embedded()
-	config, err := plan.Defaults("gpt", "tiny")
+	config, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestStreamedTinyGPT(t *testing.T) {
 // stages' stay on the device.
 func TestStreamedKeptOnHost(t *testing.T) {
 	backend := testkit.Embedded()
-	config, err := plan.Defaults("gpt", "small")
+	config, err := recipes.Defaults("gpt", "small")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func wholeStepParams(t *testing.T, config train.Config) int64 {
 // fraction of a byte on the tutorial GPT's factored matrices.
 func TestStreamedState(t *testing.T) {
 	backend := testkit.Embedded()
-	config, err := plan.Defaults("gpt", "tutorial")
+	config, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestStreamedState(t *testing.T) {
 // TestStreamedStepTime: the step is the longer of compute and transfers, plus the host's update;
 // the bound is the largest part.
 func TestStreamedStepTime(t *testing.T) {
-	config, err := plan.Defaults("gpt", "tiny")
+	config, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,14 +213,14 @@ func TestStreamedStepTime(t *testing.T) {
 // TestStreamedRefuses: a model that does not run as stages, and rates that cannot be.
 func TestStreamedRefuses(t *testing.T) {
 	backend := testkit.Embedded()
-	mlp, err := plan.Defaults("mlp", "")
+	mlp, err := recipes.Defaults("mlp", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := plan.EstimateStreamed(backend, mlp, plan.StreamOptions{Throughput: plan.A5000}); err == nil || !strings.Contains(err.Error(), "does not run as stages") {
 		t.Errorf("the MLP streamed: %v", err)
 	}
-	gpt, err := plan.Defaults("gpt", "tiny")
+	gpt, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestStreamedRefuses(t *testing.T) {
 // (masters, two moments, gradients) and 8-bit Adam (about 10) reaches more parameters.
 func TestLargestStreamedGPT(t *testing.T) {
 	backend := testkit.Embedded()
-	base, err := plan.Defaults("gpt", "tutorial")
+	base, err := recipes.Defaults("gpt", "tutorial")
 	if err != nil {
 		t.Fatal(err)
 	}

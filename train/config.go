@@ -16,7 +16,7 @@ import (
 
 // Config describes one run, typed: the model, and everything the run does with it. A model's own
 // config holds its shape; this holds how it trains. Strings are read into it at the edges only
-// (the CLI's flags, plan.Defaults, a checkpoint's manifest).
+// (the CLI's flags, recipes.Defaults, a checkpoint's manifest).
 type Config struct {
 	// Model is what trains: models.GPT, models.Classifier or a model of your own.
 	Model Model

@@ -7,10 +7,10 @@
 // A run is described once, typed (Config): the model (a Model: models.GPT, models.Classifier or
 // your own), the batch and its micro-batches, the policy, what is rematerialized, the optimizer, the
 // loss scale, the schedule, clipping, where the optimizer's state lives, the devices and the seed.
-// Strings are read into it at the edges only (the CLI's flags, plan.Defaults):
+// Strings are read into it at the edges only (the CLI's flags, recipes.Defaults):
 //
 //	trainer, err := train.New(backend, train.Config{Model: models.GPT{Config: tiny}, Batch: 16, MicroBatches: 4,
-//		Policy: bf16, Remat: train.Remat{Kinds: []string{"mlp", "attn"}}, Schedule: plan.TutorialSchedule(3e-3)})
+//		Policy: bf16, Remat: train.Remat{Kinds: []string{"mlp", "attn"}}, Schedule: recipes.TutorialSchedule(3e-3)})
 //	batches, err := data.NewText(data.Corpus, 16, tiny.SeqLen, 1)
 //	history, err := trainer.Run(batches, train.RunOptions{Steps: 60, Progress: os.Stdout})
 //

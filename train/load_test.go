@@ -16,6 +16,7 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	_ "github.com/onegpu/onegpu/recipes" // registers onegpu's models with train.RegisterModel, for Load
 	"github.com/onegpu/onegpu/train"
 )
 

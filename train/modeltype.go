@@ -7,26 +7,20 @@ import (
 	"reflect"
 	"sync"
 
-	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
 // A checkpoint records its model's Go type and its value as JSON (checkpoint.WrittenBy.ModelType
 // and ModelConfig), so that Load rebuilds the model from the checkpoint's path alone: it decodes
-// the value into a new one of the type registered under that name. onegpu's models (the
-// tutorial's GPT and classifier, the Llama) are registered here; a model of your own is one
-// RegisterModel call.
+// the value into a new one of the type registered under that name. train knows no concrete model:
+// onegpu's models (the tutorial's GPT and classifier, the Llama-class families) are registered by
+// package recipes, whose one registration per family serves the CLI and Load; a model of your own
+// is one RegisterModel call.
 
 var (
 	modelTypesMu sync.Mutex
 	modelTypes   = map[string]reflect.Type{}
 )
-
-func init() {
-	RegisterModel(models.GPT{})
-	RegisterModel(models.Classifier{})
-	RegisterModel(models.Llama{})
-}
 
 // RegisterModel lets Load rebuild models of prototype's type (its value is not used) from the
 // checkpoints that record one: call it once, e.g. in an init function, before Load. The type must
@@ -79,8 +73,8 @@ func modelFromRecord(w checkpoint.WrittenBy) (Model, error) {
 	t, ok := modelTypes[w.ModelType]
 	modelTypesMu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("its model is a %s, a type this program has not registered: call train.RegisterModel with a value of it before Load",
-			w.ModelType)
+		return nil, fmt.Errorf("its model is a %s, a type this program has not registered: call train.RegisterModel with a value of it before Load "+
+			"(onegpu's own models register when the program imports github.com/onegpu/onegpu/recipes)", w.ModelType)
 	}
 	if len(w.ModelConfig) == 0 {
 		return nil, fmt.Errorf("its model %s (%s) could not be written as JSON when it was saved (a field JSON cannot hold, such as a func?): "+

@@ -8,6 +8,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 func init() {
@@ -45,7 +46,7 @@ func runBench(args []string, w io.Writer) error {
 	if err := notApplicable(given(fs), "it sizes --grid host's measurement", "host-params", "host-backend", "jax", "python"); err != nil {
 		return err
 	}
-	if family, err := plan.Model(s.model); err != nil || family.WithSeq == nil {
+	if family, err := recipes.Lookup(s.model); err != nil || family.WithSeq == nil {
 		return fmt.Errorf("--model %s: the grids vary a transformer's remat and attention; bench a language model (%s)", s.model, languageModels())
 	}
 	set := given(fs)
@@ -225,8 +226,8 @@ func writeChunkingTable(w io.Writer, rows []benchRow, xla bool) {
 // languageModels lists the registered models that are language models.
 func languageModels() string {
 	var names []string
-	for _, name := range plan.ModelNames() {
-		if f, _ := plan.Model(name); f.WithSeq != nil {
+	for _, name := range recipes.Names() {
+		if f, _ := recipes.Lookup(name); f.WithSeq != nil {
 			names = append(names, name)
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/onegpu/onegpu/layers"
-	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -40,7 +40,7 @@ func parseChunking(attention, crossEntropy string) (layers.Attention, layers.Cro
 
 // applyChunking sets c's sequence length (--seq) and its attention and cross-entropy from the
 // flags; for a model that is not a language model, each of them given is an error.
-func (s *setup) applyChunking(c *train.Config, family plan.Family, set map[string]bool) error {
+func (s *setup) applyChunking(c *train.Config, family recipes.Family, set map[string]bool) error {
 	if family.WithSeq == nil {
 		return notApplicable(set, fmt.Sprintf("the %s is not a language model: it has no sequence, attention or token loss", s.model),
 			"seq", "attention", "cross-entropy")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/onegpu/onegpu/flags"
 	ograph "github.com/onegpu/onegpu/graph"
-	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -369,7 +369,7 @@ func compareConfig(flagsText, backend, optimizer string) (setup, train.Config, e
 	if config.ClipNorm > 0 {
 		return fail(fmt.Errorf("compare runs without clipping (the reference has none)"))
 	}
-	family, err := plan.Model(s.model)
+	family, err := recipes.Lookup(s.model)
 	if err != nil {
 		return fail(err)
 	}

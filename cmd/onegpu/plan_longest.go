@@ -8,6 +8,7 @@ import (
 
 	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 // planLongest answers plan --longest: the longest sequence whose step fits the budget, with each
@@ -38,7 +39,7 @@ func planLongest(w io.Writer, s *setup, set map[string]bool, budgetText string, 
 	if !set["remat"] {
 		s.remat = "block"
 	}
-	family, err := plan.Model(s.model)
+	family, err := recipes.Lookup(s.model)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	ograph "github.com/onegpu/onegpu/graph"
 
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 )
 
 func TestPlan(t *testing.T) {
@@ -264,7 +265,7 @@ func checkPlanOnXLA(t *testing.T, plugin string) {
 		t.Fatal(err)
 	}
 	defer backend.Finalize()
-	base, err := plan.Defaults("gpt", "tiny")
+	base, err := recipes.Defaults("gpt", "tiny")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
-	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
@@ -23,7 +23,7 @@ import (
 // setup holds the flags that choose a model, the techniques applied to it and the backend; the
 // train, memory, bench and plan commands share them. They are the CLI's strings: config reads them
 // into the typed run description (train.Config), starting from the model's default run
-// (plan.Defaults), which follows the tutorial: for the GPT bfloat16 compute, remat of MLP and
+// (recipes.Defaults), which follows the tutorial: for the GPT bfloat16 compute, remat of MLP and
 // attention and the preset's micro-batches; for the MLP float32 and one micro-batch. A flag given
 // is always checked: 0 micro-batches is an error, not the default.
 type setup struct {
@@ -72,8 +72,8 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 // modelChoices lists the models --model takes, with what each is.
 func modelChoices() string {
 	var parts []string
-	for _, name := range plan.ModelNames() {
-		f, _ := plan.Model(name)
+	for _, name := range recipes.Names() {
+		f, _ := recipes.Lookup(name)
 		parts = append(parts, fmt.Sprintf("%s (%s)", name, f.Summary))
 	}
 	return strings.Join(parts, ", ")
@@ -82,8 +82,8 @@ func modelChoices() string {
 // presetChoices lists each model's presets.
 func presetChoices() string {
 	var parts []string
-	for _, name := range plan.ModelNames() {
-		if f, _ := plan.Model(name); len(f.Presets) > 0 {
+	for _, name := range recipes.Names() {
+		if f, _ := recipes.Lookup(name); len(f.Presets) > 0 {
 			parts = append(parts, fmt.Sprintf("%s: %s", name, strings.Join(f.Presets, ", ")))
 		}
 	}
@@ -109,7 +109,7 @@ func (s *setup) given() map[string]bool {
 }
 
 // config reads the flags into a validated run description: the model's default run
-// (plan.Defaults) with the flags given applied. A flag that was given is checked even where its
+// (recipes.Defaults) with the flags given applied. A flag that was given is checked even where its
 // value is the one that means "default" when the flag is left out.
 func (s *setup) config() (train.Config, error) {
 	set := s.given()
@@ -128,9 +128,9 @@ func (s *setup) config() (train.Config, error) {
 	if set["dropout"] && !(s.dropout >= 0 && s.dropout < 1) {
 		return c, fmt.Errorf("--dropout %g: the dropout rate must be in [0, 1)", s.dropout)
 	}
-	family, err := plan.Model(s.model)
+	family, err := recipes.Lookup(s.model)
 	if err != nil {
-		return c, fmt.Errorf("unknown --model %q: the models are %s", s.model, strings.Join(plan.ModelNames(), ", "))
+		return c, fmt.Errorf("unknown --model %q: the models are %s", s.model, strings.Join(recipes.Names(), ", "))
 	}
 	preset := s.preset
 	if len(family.Presets) == 0 {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/models"
-	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -54,7 +54,7 @@ func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 	// The --model of the folder's family: its model_type when a family of that name is registered
 	// (qwen2), else llama (a Mistral checkpoint is a Llama to train).
 	name, _ := layout.Config()["model_type"].(string)
-	if _, err := plan.Model(name); err != nil {
+	if _, err := recipes.Lookup(name); err != nil {
 		name = "llama"
 	}
 	if set["model"] && s.model != name {
@@ -62,7 +62,7 @@ func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 	}
 	s.model = name
 	if set["preset"] {
-		family, err := plan.Model(name)
+		family, err := recipes.Lookup(name)
 		if err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ func (h *hfRun) prepare(s *setup, set map[string]bool) error {
 				s.preset, h.initDir, run.Model, l)
 		}
 	}
-	s.base = func() (train.Config, error) { return plan.LlamaRun(l.Config) }
+	s.base = func() (train.Config, error) { return recipes.LlamaRun(l.Config) }
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package plan
+package recipes
 
 import (
 	"github.com/onegpu/onegpu/models"
