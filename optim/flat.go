@@ -190,8 +190,13 @@ func convertOut(out any, at int, values []float32) {
 		copy(o[at:], values)
 	case []bfloat16.BFloat16:
 		o = o[at : at+len(values)]
-		for j, x := range values {
-			o[j] = bfloat16ToNearest(x)
+		vectors := 0
+		if hasAVX2 && len(values) >= 16 {
+			vectors = len(values) &^ 15
+			bfloat16AVX2((*uint16)(&o[0]), &values[0], vectors)
+		}
+		for j := vectors; j < len(values); j++ {
+			o[j] = bfloat16ToNearest(values[j])
 		}
 	}
 }

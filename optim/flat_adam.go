@@ -109,10 +109,23 @@ type adamScalars struct {
 	lr, b1, b2, omb1, omb2, debias1, debias2, eps, decay float32
 }
 
-// apply updates p, m and s in place with gradient g (all of one length).
+// apply updates p, m and s in place with gradient g (all of one length): the vector kernel on
+// whole vectors where there is one, the Go loop on the rest.
 func (k adamScalars) apply(step FlatStep, p, g, m, s []float32) {
 	g, m, s = g[:len(p)], m[:len(p)], s[:len(p)]
 	scaling := step.loop()
+	vectors := 0
+	if hasAVX2 && len(p) >= 8 {
+		vectors = len(p) &^ 7
+		v := k.vector(scaling)
+		adamAVX2(&p[0], &g[0], &m[0], &s[0], vectors, &v)
+	}
+	k.loop(scaling, p[vectors:], g[vectors:], m[vectors:], s[vectors:])
+}
+
+// loop is apply in Go.
+func (k adamScalars) loop(scaling loopScaling, p, g, m, s []float32) {
+	g, m, s = g[:len(p)], m[:len(p)], s[:len(p)]
 	for j := range p {
 		gj := scaling.of(g[j])
 		mj := float32(k.b1*m[j]) + float32(k.omb1*gj)
@@ -125,4 +138,33 @@ func (k adamScalars) apply(step FlatStep, p, g, m, s []float32) {
 		}
 		p[j] -= direction
 	}
+}
+
+// adamVector is what the vector kernel (adamAVX2) reads, at fixed offsets: the step's constants,
+// the gradient's two divisors (a reciprocal to multiply by, or a value to divide by) and clip
+// factor, and which of them apply.
+type adamVector struct {
+	adamScalars
+	divisors     [2]float32
+	clip         float32
+	kinds        [2]int32
+	clips, decay int32
+}
+
+// vector is k with scaling for adamAVX2.
+func (k adamScalars) vector(scaling loopScaling) adamVector {
+	v := adamVector{adamScalars: k, clip: scaling.clip}
+	for i, d := range scaling.divide {
+		v.kinds[i], v.divisors[i] = int32(d.kind), d.d
+		if d.kind == 1 {
+			v.divisors[i] = d.inverse
+		}
+	}
+	if scaling.clip != 1 {
+		v.clips = 1
+	}
+	if k.decay > 0 {
+		v.decay = 1
+	}
+	return v
 }
