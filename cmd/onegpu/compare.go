@@ -2,12 +2,15 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -95,6 +98,9 @@ type compareOptions struct {
 	// configuration runs, the reference's arguments for its optimizer (referenceOptimizerArgs).
 	optimizer     string
 	referenceArgs []string
+	// signals is done at the first SIGINT or SIGTERM: the reference is stopped, and so is the
+	// comparison after the configuration that runs (nil: never).
+	signals context.Context
 }
 
 // compareFlagList is a repeatable string flag.
@@ -217,9 +223,22 @@ func runCompare(args []string, w, progress io.Writer) error {
 		defer os.RemoveAll(root)
 	}
 	o.hloDir = hloDumpDir(filepath.Join(root, "hlo"))
+	// SIGINT or SIGTERM stops the reference at once and the comparison after its configuration,
+	// so that the temporary folder is removed (a second signal ends the process as usual).
+	var stopSignals context.CancelFunc
+	o.signals, stopSignals = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	go func() { <-o.signals.Done(); stopSignals() }()
 	report := compareReport{Steps: o.steps, Python: o.python, Script: o.script, Agree: true, MemoryOnly: o.memoryOnly}
 	for i, flagsText := range o.configs {
 		r := compareOne(o, flagsText, filepath.Join(root, fmt.Sprintf("config_%d", i)), progress)
+		if o.signals.Err() != nil {
+			what := "its temporary folder removed"
+			if o.keep != "" {
+				what = "--keep " + o.keep + " holds what it wrote"
+			}
+			return fmt.Errorf("compare stopped by a signal during configuration %d of %d (%s); %s", i+1, len(o.configs), r.Name, what)
+		}
 		report.Agree = report.Agree && r.Agree
 		report.Configs = append(report.Configs, r)
 	}

@@ -225,7 +225,11 @@ func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compil
 	if compileOnly {
 		args = append(args, "--compile-only")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.jaxTimeout)
+	parent := o.signals
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, o.jaxTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, o.python, args...)
 	cmd.WaitDelay = 5 * time.Second // do not wait on output pipes a killed reference left open
@@ -236,6 +240,8 @@ func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compil
 	err := cmd.Run()
 	echo.finish()
 	switch {
+	case parent.Err() != nil:
+		return nil, fmt.Errorf("the JAX reference (%s %s) was stopped by a signal", o.python, o.script)
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("the JAX reference (%s %s) ran past --jax-timeout %v and was stopped: "+
 			"give it more time (--jax-timeout 2h) or fewer --steps", o.python, o.script, o.jaxTimeout)
