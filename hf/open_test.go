@@ -12,6 +12,7 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/infer"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
@@ -24,8 +25,8 @@ import (
 // TestOpenEvaluates: the committed transformers fixture opened with Open and evaluated as a
 // train.Loaded, its tokens read from the committed .npy (the fixture's own ids: checked here): its
 // mean next-token loss is transformers' (the fixture's float32 logits, cross-entropy in float64)
-// within 1e-6 relative, and Generate's next token after each prefix of the first sequence is the
-// argmax of transformers' logits there.
+// within 1e-6 relative, and infer's greedy next token after each prefix of the first sequence is
+// the argmax of transformers' logits there.
 func TestOpenEvaluates(t *testing.T) {
 	fx := testkit.ReadHFFixture(t, "llama3_untied")
 	p, err := hf.Open(context.New(), fx.Dir, dtypes.Float32, fx.Seq-1)
@@ -53,12 +54,18 @@ func TestOpenEvaluates(t *testing.T) {
 	}
 
 	vocab := len(fx.Logits) / len(fx.Tokens)
+	g, err := infer.New(m.Backend, m.Model, m.Ctx, m.Settings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
 	for _, k := range []int{1, 5, fx.Seq - 1} {
 		prefix := inputs[:k]
-		next, err := m.Generate(prefix, 1)
+		r, err := g.Generate(prefix, infer.Options{MaxNewTokens: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
+		next := r.Tokens
 		row := fx.Logits[(k-1)*vocab : k*vocab]
 		best := 0
 		for i, v := range row {

@@ -64,11 +64,24 @@ func PlainAttention(q, k, v *graph.Node, softmaxDType dtypes.DType) *graph.Node 
 func PlainAttentionSegments(q, k, v *graph.Node, softmaxDType dtypes.DType, segments *graph.Node) *graph.Node {
 	checkAttentionHeads("layers.PlainAttention", q, k, v)
 	Documents{Segments: segments}.check("layers.PlainAttention", q)
+	var rowMask *graph.Node
+	if segments != nil {
+		rowMask = graph.LogicalAnd(graph.InsertAxes(causalMask(q.Graph(), q.Shape().Dim(1)), 0), sameSegment(segments, segments))
+	}
+	return attend("layers.PlainAttention", q, k, v, softmaxDType, rowMask)
+}
+
+// attend is the math of PlainAttention for q [batch, queries, heads, headDim] and k, v [batch,
+// keys, kvHeads, headDim] (checked by the caller): causal when rowMask is nil (as many keys as
+// queries), otherwise query i of row b reads key j where rowMask [batch, queries, keys] is true.
+// A query whose row of rowMask is all false gets the mean of the values (finite), as a
+// softmax over equal scores gives.
+func attend(fn string, q, k, v *graph.Node, softmaxDType dtypes.DType, rowMask *graph.Node) *graph.Node {
 	if !softmaxDType.IsFloat() {
-		panic(fmt.Sprintf("layers.PlainAttention: softmax dtype %s is not a floating-point dtype", softmaxDType))
+		panic(fmt.Sprintf("%s: softmax dtype %s is not a floating-point dtype", fn, softmaxDType))
 	}
 	g := q.Graph()
-	batch, seq, heads, headDim := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
+	batch, queries, heads, headDim := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
 	kvHeads := k.Shape().Dim(2)
 	group := heads / kvHeads
 	computeDType := v.DType()
@@ -78,17 +91,18 @@ func PlainAttentionSegments(q, k, v *graph.Node, softmaxDType dtypes.DType, segm
 	scoresEq, valuesEq := "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd" // [b, h, q, k]: the tutorial's layout
 	var maskPrefix []int
 	if group > 1 {
-		q = graph.Reshape(q, batch, seq, kvHeads, group, headDim)
+		q = graph.Reshape(q, batch, queries, kvHeads, group, headDim)
 		// [b, n, q, g, k]: DotGeneral's own output order (batch axes, then q's free axes), no transpose.
 		scoresEq, valuesEq = "bqngd,bknd->bnqgk", "bnqgk,bknd->bqngd"
 		maskPrefix = []int{group}
 	}
 	scores := remat.NameBatchedDot(graph.Einsum(scoresEq, q, k), "attn_scores")
-	mask := causalMask(g, seq, maskPrefix...)
-	if segments != nil {
+	var mask *graph.Node
+	if rowMask == nil {
+		mask = causalMask(g, queries, maskPrefix...)
+	} else {
 		// [b, 1, q, k], or [b, 1, q, 1, k] for grouped scores [b, n, q, g, k].
-		mask = graph.LogicalAnd(graph.InsertAxes(causalMask(g, seq), 0), sameSegment(segments, segments))
-		mask = graph.InsertAxes(mask, 1)
+		mask = graph.InsertAxes(rowMask, 1)
 		if group > 1 {
 			mask = graph.InsertAxes(mask, 3)
 		}
@@ -99,7 +113,7 @@ func PlainAttentionSegments(q, k, v *graph.Node, softmaxDType dtypes.DType, segm
 	weights := mixed.Cast(mixed.Softmax(scores, softmaxDType, -1), computeDType)
 	values := remat.NameBatchedDot(graph.Einsum(valuesEq, weights, v), "attn_values")
 	if group > 1 {
-		values = graph.Reshape(values, batch, seq, heads, headDim)
+		values = graph.Reshape(values, batch, queries, heads, headDim)
 	}
 	return values
 }

@@ -58,28 +58,70 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery, 
 	if x.Rank() != 3 {
 		panic(fmt.Sprintf("layers.GroupedQueryAttention: x must be [batch, sequence, width], got %s", x.Shape()))
 	}
-	batch, seq, width := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
-	qkv := Linear{Bias: a.QKVBias}
-	heads := func(scope string, n int) *graph.Node {
-		return graph.Reshape(qkv.Apply(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
-	}
 	docs.check("layers.GroupedQueryAttention", x)
 	if a.Core != nil && docs.Packed() {
 		panic("layers.GroupedQueryAttention: GroupedQuery.Core is a core of its own, which cannot keep packed documents apart; " +
 			"leave Core nil (the context's Attention) for packed documents")
 	}
-	q := a.Rotary.ApplyAt(heads("q_proj", a.Heads), docs.Positions)
-	k := a.Rotary.ApplyAt(heads("k_proj", a.KVHeads), docs.Positions)
-	v := heads("v_proj", a.KVHeads)
-	softmaxDType, core := a.SoftmaxDType, a.Core
-	if softmaxDType == dtypes.InvalidDType {
-		softmaxDType = dtypes.Float32
-	}
+	q, k, v := a.project(ctx, x, docs.Positions)
+	core := a.Core
 	if core == nil {
 		core = AttentionOf(ctx).SegmentCore(docs.Segments)
 	}
-	end := ograph.Section(x.Graph(), "attention")                 // for the memory timeline
-	values := Note(ctx, "attention", core(q, k, v, softmaxDType)) // [b, s, heads, headDim]
+	end := ograph.Section(x.Graph(), "attention")                     // for the memory timeline
+	values := Note(ctx, "attention", core(q, k, v, a.softmaxDType())) // [b, s, heads, headDim]
 	end()
+	return a.output(ctx, values, x.Shape().Dim(2))
+}
+
+// GroupedQueryAttentionCached is GroupedQueryAttention for generation with a KV cache: x [batch,
+// steps, width] are a step's tokens at positions [batch, steps] (integers; each row's distinct,
+// every earlier position of the row in the cache already), their keys and values are written into
+// cache at those positions (KVCache.Write) and each query reads the cache up to its own position
+// (CachedAttention). The result is GroupedQueryAttention's over the whole sequence so far, for
+// the step's tokens, each token's key and value projected once; the second result is the cache
+// with the step's entries. a.Core and the context's Attention are not used.
+func GroupedQueryAttentionCached(ctx *context.Context, x *graph.Node, a GroupedQuery, positions *graph.Node, cache KVCache) (*graph.Node, KVCache) {
+	if err := a.Validate(); err != nil {
+		panic("layers.GroupedQueryAttentionCached: " + err.Error())
+	}
+	if x.Rank() != 3 {
+		panic(fmt.Sprintf("layers.GroupedQueryAttentionCached: x must be [batch, steps, width], got %s", x.Shape()))
+	}
+	if positions == nil {
+		panic("layers.GroupedQueryAttentionCached: needs the step's positions [batch, steps]")
+	}
+	Documents{Positions: positions}.check("layers.GroupedQueryAttentionCached", x)
+	q, k, v := a.project(ctx, x, positions)
+	cache = cache.Write(k, v, positions)
+	values := Note(ctx, "attention", CachedAttention(q, cache.Keys, cache.Values, positions, a.softmaxDType()))
+	return a.output(ctx, values, x.Shape().Dim(2)), cache
+}
+
+// softmaxDType is a.SoftmaxDType, float32 when unset.
+func (a GroupedQuery) softmaxDType() dtypes.DType {
+	if a.SoftmaxDType == dtypes.InvalidDType {
+		return dtypes.Float32
+	}
+	return a.SoftmaxDType
+}
+
+// project returns the query, key and value heads of x [batch, seq, width]: q [batch, seq, Heads,
+// HeadDim] and k, v [batch, seq, KVHeads, HeadDim], queries and keys rotated at positions (nil:
+// 0, 1, ...).
+func (a GroupedQuery) project(ctx *context.Context, x, positions *graph.Node) (q, k, v *graph.Node) {
+	batch, seq := x.Shape().Dim(0), x.Shape().Dim(1)
+	qkv := Linear{Bias: a.QKVBias}
+	heads := func(scope string, n int) *graph.Node {
+		return graph.Reshape(qkv.Apply(ctx.In(scope), x, n*a.HeadDim), batch, seq, n, a.HeadDim)
+	}
+	q = a.Rotary.ApplyAt(heads("q_proj", a.Heads), positions)
+	k = a.Rotary.ApplyAt(heads("k_proj", a.KVHeads), positions)
+	return q, k, heads("v_proj", a.KVHeads)
+}
+
+// output is "o_proj": the attention values [batch, seq, Heads, HeadDim] back to width.
+func (a GroupedQuery) output(ctx *context.Context, values *graph.Node, width int) *graph.Node {
+	batch, seq := values.Shape().Dim(0), values.Shape().Dim(1)
 	return Linear{}.Apply(ctx.In("o_proj"), graph.Reshape(values, batch, seq, a.Heads*a.HeadDim), width)
 }

@@ -92,12 +92,28 @@ func (m Llama) embeddings(ctx *context.Context, g *graph.Graph) *graph.Node {
 // remat.Block kinds "attn" and "mlp" inside the kind "block"; the residual additions stay outside
 // the branches. docs says where packed documents lie (the zero Documents: one a sequence).
 func (m Llama) layer(ctx *context.Context, x *graph.Node, docs layers.Documents) *graph.Node {
+	attention := m.attention()
+	return m.decoderLayer(ctx, x, func(ctx *context.Context, h *graph.Node) *graph.Node {
+		return layers.GroupedQueryAttention(ctx, h, attention, docs)
+	})
+}
+
+// attention is the config's grouped-query attention with the model's softmax dtype (the core is
+// the context's: layers.AttentionOf).
+func (m Llama) attention() layers.GroupedQuery {
+	attention := m.Config.Attention()
+	attention.SoftmaxDType = m.SoftmaxDType
+	return attention
+}
+
+// decoderLayer is layer with its attention given: attend maps the normed input h to the
+// attention's output, ctx at "self_attn" (the plain or packed attention of layer, the cached one
+// of CachedHidden).
+func (m Llama) decoderLayer(ctx *context.Context, x *graph.Node, attend func(ctx *context.Context, h *graph.Node) *graph.Node) *graph.Node {
 	c := m.Config
-	attention := c.Attention()
-	attention.SoftmaxDType = m.SoftmaxDType // the core is the context's (layers.AttentionOf)
 	attn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.RMSNorm(ctx.In("input_layernorm"), in[0], c.NormEpsilon)
-		return []*graph.Node{layers.Note(ctx, "attention branch", layers.GroupedQueryAttention(ctx.In("self_attn"), h, attention, docs))}
+		return []*graph.Node{layers.Note(ctx, "attention branch", attend(ctx.In("self_attn"), h))}
 	}
 	mlp := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		h := layers.RMSNorm(ctx.In("post_attention_layernorm"), in[0], c.NormEpsilon)

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/gomlx/gomlx/backends"
@@ -23,14 +22,15 @@ import (
 //	m, err := train.Load("runs/a")          // the folder's newest whole checkpoint
 //	defer m.Close()
 //	loss, metrics, err := m.Loss(batch)      // mean loss on a batch, dropout off
-//	next, err := m.Generate(prompt, 20)      // 20 greedy tokens after prompt (a language model)
+//
+// Package infer generates text from it: infer.New(m.Backend, m.Model, m.Ctx, m.Settings()).
 type Loaded struct {
 	// Model is the checkpoint's model, rebuilt from its manifest.
 	Model Model
-	// Policy is the precision policy the model was trained with; Loss and Generate compute under it.
+	// Policy is the precision policy the model was trained with; Loss computes under it.
 	Policy mixed.Policy
 	// Attention and CrossEntropy are how attention and the loss compute: the run's, from the
-	// manifest (plain when it does not say). Change them before the first Loss or Generate to
+	// manifest (plain when it does not say). Change them before the first Loss to
 	// evaluate otherwise (chunked attention for sequences whose scores do not fit).
 	Attention    layers.Attention
 	CrossEntropy layers.CrossEntropy
@@ -40,13 +40,13 @@ type Loaded struct {
 	// whole one) and Written what its manifest records of the run that wrote it.
 	Dir, Checkpoint string
 	Written         checkpoint.WrittenBy
-	// Backend computes Loss and Generate; Ctx holds the restored variables (the optimizer's state
+	// Backend computes Loss; Ctx holds the restored variables (the optimizer's state
 	// is not read).
 	Backend backends.Backend
 	Ctx     *context.Context
 
 	ownBackend bool
-	loss, next *context.Exec
+	loss       *context.Exec
 }
 
 // Load opens the checkpoint folder dir with its path alone, reads the model, its sizes and the
@@ -213,72 +213,11 @@ func shapeOf(t *tensors.Tensor) any {
 	return t.Shape()
 }
 
-// logitsModel is a language model that returns its logits [batch, length, vocab] for tokens
-// [batch, length], length up to its sequence length (models.GPT).
-type logitsModel interface {
-	LanguageModel
-	Logits(ctx *context.Context, tokens *graph.Node) *graph.Node
-}
-
-// Generate returns the n tokens a language model predicts greedily after tokens: each the most
-// likely next token (the lowest id among equals) given the ones before it, fed back in. The
-// model reads at most its sequence length (TokenShape): a longer context keeps its last tokens.
-// It needs a LanguageModel with a Logits method (models.GPT has one); tokens must be ids in
-// [0, vocab), at least one.
-func (l *Loaded) Generate(tokens []int32, n int) ([]int32, error) {
-	lm, ok := l.Model.(logitsModel)
-	if !ok {
-		return nil, fmt.Errorf("generate: %s is not a language model with a Logits method (a train.LanguageModel with "+
-			"Logits(ctx, tokens) -> [batch, length, vocab], as models.GPT)", describeModel(l.Model))
-	}
-	seqLen, vocab := lm.TokenShape()
-	if len(tokens) == 0 || n < 0 {
-		return nil, fmt.Errorf("generate %d tokens after %d: give at least one token, and ask for at least 0", n, len(tokens))
-	}
-	for i, tok := range tokens {
-		if tok < 0 || int(tok) >= vocab {
-			return nil, fmt.Errorf("generate: token #%d is %d, outside the model's vocabulary [0, %d)", i, tok, vocab)
-		}
-	}
-	seq := slices.Clone(tokens)
-	window := make([]int32, seqLen)
-	for range n {
-		known := seq[max(0, len(seq)-seqLen):]
-		clear(window)
-		copy(window, known) // positions after the known tokens are padding: causal attention ignores them
-		var outs []*tensors.Tensor
-		err := ograph.CatchPanic(func() {
-			if l.next == nil {
-				exec, err := context.NewExec(l.Backend, l.Ctx, func(ctx *context.Context, tokens *graph.Node) *graph.Node {
-					l.Settings().Apply(ctx, tokens.Graph())
-					return graph.ArgMax(lm.Logits(ctx, tokens), -1, tokens.DType())
-				})
-				if err != nil {
-					panic(err)
-				}
-				l.next = exec.WithName("greedy_next")
-			}
-			var err error
-			if outs, err = l.next.Exec(tensors.FromFlatDataAndDimensions(window, 1, seqLen)); err != nil {
-				panic(err)
-			}
-		})
-		if err != nil {
-			return nil, fmt.Errorf("generate: %w", err)
-		}
-		best := outs[0].Value().([][]int32)[0][len(known)-1]
-		seq = append(seq, best)
-	}
-	return seq[len(tokens):], nil
-}
-
-// Close releases the compiled graphs, and the backend when Load created it.
+// Close releases the compiled graph, and the backend when Load created it.
 func (l *Loaded) Close() {
-	for _, e := range []**context.Exec{&l.loss, &l.next} {
-		if *e != nil {
-			(*e).Finalize()
-			*e = nil
-		}
+	if l.loss != nil {
+		l.loss.Finalize()
+		l.loss = nil
 	}
 	if l.ownBackend && l.Backend != nil {
 		l.Backend.Finalize()

@@ -124,81 +124,10 @@ func TestLoadEvaluates(t *testing.T) {
 	}
 }
 
-// greedyByLoss is Generate's reference, built on Loss alone: the next token after known is the
-// label c of the last known position that gives the smallest loss (the lowest such c), the other
-// positions' tokens and labels fixed (padding 7, not Generate's 0, so that causality is checked).
-func greedyByLoss(t *testing.T, m *train.Loaded, known []int32) int32 {
-	t.Helper()
-	seqLen, vocab := m.Model.(train.LanguageModel).TokenShape()
-	known = known[max(0, len(known)-seqLen):]
-	tokens, labels := make([]int32, seqLen), make([]int32, seqLen)
-	for i := range tokens {
-		tokens[i] = 7
-	}
-	copy(tokens, known)
-	best, bestLoss := int32(-1), math.Inf(1)
-	for c := range int32(vocab) {
-		labels[len(known)-1] = c
-		loss, _, err := m.Loss([]*tensors.Tensor{tensors.FromFlatDataAndDimensions(tokens, 1, seqLen), tensors.FromFlatDataAndDimensions(labels, 1, seqLen)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if loss < bestLoss {
-			best, bestLoss = c, loss
-		}
-	}
-	return best
-}
-
-// TestLoadGenerates: Generate's greedy tokens are, one by one, the tokens of least loss after
-// what came before (greedyByLoss), for a short prompt and for one longer than the model's
-// sequence (its last 64 tokens are read).
-func TestLoadGenerates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("evaluates the loss of 768 candidate tokens")
-	}
-	dir, _, _, _ := trainedFolder(t)
-	m, err := loadEmbedded(t, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	corpus := make([]int32, 80)
-	for i := range corpus {
-		corpus[i] = int32(data.Corpus[1000+i])
-	}
-	for _, tc := range []struct {
-		prompt []int32
-		n      int
-	}{{corpus[:10], 2}, {corpus, 1}} {
-		got, err := m.Generate(tc.prompt, tc.n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		known := append([]int32(nil), tc.prompt...)
-		for i := range tc.n {
-			want := greedyByLoss(t, m, known)
-			if len(got) != tc.n || got[i] != want {
-				t.Fatalf("after %d prompt tokens, token %d: Generate gave %v, the least loss is %d", len(tc.prompt), i, got, want)
-			}
-			known = append(known, want)
-		}
-	}
-	for _, bad := range []struct {
-		tokens []int32
-		n      int
-		want   string
-	}{{nil, 1, "give at least one token"}, {[]int32{3, 256}, 1, "token #1 is 256, outside the model's vocabulary [0, 256)"}} {
-		if _, err := m.Generate(bad.tokens, bad.n); err == nil || !strings.Contains(err.Error(), bad.want) {
-			t.Errorf("Generate(%v, %d): %v, want %q", bad.tokens, bad.n, err, bad.want)
-		}
-	}
-}
-
 // TestLoadLlama: a tiny Llama's checkpoint opens with its path alone, as the GPT's does: the model
-// and its sizes come back from the manifest, Loss of batch 3 equals the trainer's own loss of the
-// same weights (the 4th step of an uninterrupted run), and Generate's next token is the one of
-// least loss (greedyByLoss). Before models.Llama was registered, Load refused the folder.
+// and its sizes come back from the manifest, and Loss of batch 3 equals the trainer's own loss of
+// the same weights (the 4th step of an uninterrupted run). Before models.Llama was registered,
+// Load refused the folder. (infer's tests generate from such checkpoints.)
 func TestLoadLlama(t *testing.T) {
 	c := llamaReference(t)
 	dir, batches, loss4, accuracy4 := trainedFolderOf(t, c)
@@ -218,17 +147,6 @@ func TestLoadLlama(t *testing.T) {
 	if math.Abs(loss-loss4) > 1e-5*loss4 || metrics["accuracy"] != accuracy4 {
 		t.Errorf("Loss of batch 3: %v (accuracy %v); the trainer's step 4: %v (accuracy %v)", loss, metrics["accuracy"], loss4, accuracy4)
 	}
-	if testing.Short() {
-		return // the reference evaluates the loss of 256 candidate tokens
-	}
-	prompt := make([]int32, 12)
-	for i := range prompt {
-		prompt[i] = int32(data.Corpus[2000+i])
-	}
-	got, err := m.Generate(prompt, 1)
-	if want := greedyByLoss(t, m, prompt); err != nil || len(got) != 1 || got[0] != want {
-		t.Errorf("after %d prompt tokens: Generate gave %v (%v), the least loss is %d", len(prompt), got, err, want)
-	}
 }
 
 // ownClassifier is a model type of a test's own, to load: the classifier under another name.
@@ -236,7 +154,7 @@ type ownClassifier struct{ models.Classifier }
 
 // TestLoadRefusesWhatItCannotRebuild: an empty folder, a model type the program has not
 // registered (until it does) and a manifest whose model config was edited are errors that say
-// what to do; a classifier loads and evaluates, and cannot generate.
+// what to do; a classifier loads and evaluates.
 func TestLoadRefusesWhatItCannotRebuild(t *testing.T) {
 	if _, err := loadEmbedded(t, t.TempDir()); err == nil || !strings.Contains(err.Error(), "holds no whole checkpoint") {
 		t.Errorf("an empty folder: %v", err)
@@ -264,9 +182,6 @@ func TestLoadRefusesWhatItCannotRebuild(t *testing.T) {
 	defer m.Close()
 	if loss, _, err := m.Loss(mlpData(smallMLP(t)).Batch(0)); err != nil || !(loss > 0 && loss < 10) {
 		t.Errorf("the classifier's loss: %v, %v", loss, err)
-	}
-	if _, err := m.Generate([]int32{1}, 1); err == nil || !strings.Contains(err.Error(), "is not a language model with a Logits method") {
-		t.Errorf("a classifier generating: %v", err)
 	}
 	editManifest(t, dir, func(mf map[string]any) {
 		mf["written_by"].(map[string]any)["model_config"].(map[string]any)["Config"].(map[string]any)["Hidden"] = 64

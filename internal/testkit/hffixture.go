@@ -2,7 +2,9 @@ package testkit
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -104,4 +106,42 @@ func (r HFFixture) NextTokens() (inputs, labels []int32) {
 		}
 	}
 	return inputs, labels
+}
+
+// HFGreedyCase is one prompt of a fixture and transformers' greedy continuation of it
+// (generate(do_sample=False) in float32): at most MaxNewTokens tokens, ending at one of
+// StopTokens (none: exactly MaxNewTokens). The text fixture's case also has the prompt's text
+// (Prompt is its tokenizer's encoding) and the continuation's (special tokens skipped).
+type HFGreedyCase struct {
+	Prompt       []int32 `json:"prompt"`
+	MaxNewTokens int     `json:"max_new_tokens"`
+	StopTokens   []int32 `json:"stop_tokens"`
+	Tokens       []int32 `json:"tokens"`
+	PromptText   string  `json:"prompt_text"`
+	Text         string  `json:"text"`
+}
+
+// HFGreedy is NAME.greedy.json: transformers' greedy continuations of a fixture's prompts, and of
+// a text prompt when the fixture has a tokenizer (Text is nil otherwise).
+type HFGreedy struct {
+	Transformers string         `json:"transformers"`
+	Cases        []HFGreedyCase `json:"cases"`
+	Text         *HFGreedyCase  `json:"text"`
+}
+
+// ReadHFGreedy reads hf/testdata/NAME.greedy.json.
+func ReadHFGreedy(t testing.TB, name string) HFGreedy {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(hfTestdata(), name+".greedy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g HFGreedy
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatalf("%s.greedy.json: %v", name, err)
+	}
+	if len(g.Cases) == 0 {
+		t.Fatalf("%s.greedy.json holds no cases", name)
+	}
+	return g
 }

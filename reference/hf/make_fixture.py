@@ -5,10 +5,15 @@
     python make_fixture.py compare EXPORTED FIXTURE # loads a folder onegpu exported into transformers and
                                                     # compares its logits with FIXTURE's (e.g. hf/testdata/llama3_untied)
     python make_fixture.py loss FOLDER TOKENS.npy    # transformers' mean next-token cross-entropy of the ids
+    python make_fixture.py greedy [DIR [NAME...]]    # writes NAME.greedy.json beside each fixture in DIR
+                                                    # (default hf/testdata): after make, and after
+                                                    # text_fixture.py has given a fixture its tokenizer
 
 Each fixture is a folder that save_pretrained wrote (config.json, safetensors weights) and, beside
 it, FIXTURE.logits.safetensors with "tokens" (int64 [batch, seq]) and transformers' float32
-"logits" [batch, seq, vocab] for them. The models are tiny and random, with weights scaled up from
+"logits" [batch, seq, vocab] for them, and FIXTURE.greedy.json (the greedy command): transformers'
+greedy continuations (generate(do_sample=False) in float32) of prompts taken from those tokens, and
+for a fixture whose folder holds a tokenizer.json, of TEXT_PROMPT, with the continuation's text. The models are tiny and random, with weights scaled up from
 transformers' std 0.02 so that logits are of order one and a wrong rotation, norm or head shows.
 
 Install into a separate venv (torch is ~3 GB; CI does not need it):
@@ -23,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 # Each fixture is a model_type (the family transformers builds, as AutoConfig.for_model names it),
 # its config, the dtype it is saved in, the shard size and the seed of its weights and tokens.
@@ -67,6 +72,13 @@ FIXTURES = {
         dtype=torch.float32, max_shard_size=None, seed=3),
 }
 BATCH, SEQ = 2, 24
+# Greedy continuations: prompts of these lengths (the first tokens of the fixture's rows), each
+# continued by NEW_TOKENS tokens, fewer where the model's positions (or sliding window) end first.
+GREEDY_PROMPTS, NEW_TOKENS = (8, 1), 32
+# A fixture with a tokenizer continues this prompt (its tokenizer's ids, add_special_tokens: the
+# template's BOS) until an end token or NEW_TOKENS tokens; llama3_untied's tokenizer was trained on
+# Genesis and Exodus (text_fixture.py).
+TEXT_PROMPT = "In the beginning God created"
 
 
 def tokens_for(vocab, seed):
@@ -108,6 +120,68 @@ def make(out, names):
               f"logits {list(logits.shape)} in [{logits.min():.3f}, {logits.max():.3f}]")
 
 
+def positions_of(config):
+    """The longest sequence onegpu's model reads: max_position_embeddings, or the sliding window
+    when shorter (onegpu attends to every earlier position, the window's attention within it)."""
+    window = config.get("sliding_window") or config["max_position_embeddings"]
+    return min(config["max_position_embeddings"], window)
+
+
+def continue_greedily(model, prompt, new_tokens, eos):
+    """transformers' greedy continuation of prompt (a list of ids): generate(do_sample=False),
+    stopping at eos (a list of ids; empty: never, exactly new_tokens tokens)."""
+    config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos or None,
+                              pad_token_id=eos[0] if eos else 0, num_beams=1)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             generation_config=config)
+    return out[0, len(prompt):].tolist()
+
+
+def compact_json(value):
+    """value as JSON with one line per key and per list item of the top level object: diffs stay
+    readable, lists of ids on one line."""
+    lines = []
+    for key, v in value.items():
+        if isinstance(v, list):
+            items = ",\n  ".join(json.dumps(x, ensure_ascii=False) for x in v)
+            lines.append(f"{json.dumps(key)}: [\n  {items}\n ]")
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(v, ensure_ascii=False)}")
+    return "{\n " + ",\n ".join(lines) + "\n}\n"
+
+
+def greedy(out, names):
+    """Writes NAME.greedy.json for each fixture in out: transformers' greedy continuations in
+    float32 of prompts of GREEDY_PROMPTS lengths from the fixture's rows, never stopping early (no
+    end token), and for a fixture with a tokenizer, of TEXT_PROMPT as its tokenizer encodes it,
+    stopping at the generation config's end tokens, with the continuation's text (special tokens
+    skipped)."""
+    for name in names or FIXTURES:
+        folder = os.path.join(out, name)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        tokens = load_file(os.path.join(out, name + ".logits.safetensors"))["tokens"]
+        limit = positions_of(FIXTURES[name]["config"])
+        cases = []
+        for row, length in enumerate(GREEDY_PROMPTS):
+            prompt = tokens[row, :length].tolist()
+            new = min(NEW_TOKENS, limit - length)
+            cases.append({"prompt": prompt, "max_new_tokens": new, "stop_tokens": [],
+                          "tokens": continue_greedily(model, prompt, new, [])})
+        result = {"transformers": __import__("transformers").__version__, "dtype": "float32", "cases": cases}
+        if os.path.exists(os.path.join(folder, "tokenizer.json")):
+            tok = AutoTokenizer.from_pretrained(folder)
+            prompt = tok(TEXT_PROMPT)["input_ids"]
+            eos = model.generation_config.eos_token_id
+            eos = eos if isinstance(eos, list) else [] if eos is None else [eos]
+            new = continue_greedily(model, prompt, NEW_TOKENS, eos)
+            result["text"] = {"prompt_text": TEXT_PROMPT, "prompt": prompt, "max_new_tokens": NEW_TOKENS,
+                              "stop_tokens": eos, "tokens": new, "text": tok.decode(new, skip_special_tokens=True)}
+        with open(os.path.join(out, name + ".greedy.json"), "w") as f:
+            f.write(compact_json(result))
+        print(f"{name}: {len(cases)} prompts" + (f", text {result['text']['text']!r}" if "text" in result else ""))
+
+
 def loss(folder, tokens_npy):
     """Prints transformers' mean next-token cross-entropy of the token ids [batch, seq] in
     tokens_npy under the checkpoint in folder (float32), as onegpu eval --json does."""
@@ -132,6 +206,8 @@ def compare(exported, fixture):
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "make" and all(n in FIXTURES for n in sys.argv[3:]):
         make(sys.argv[2] if len(sys.argv) >= 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"), sys.argv[3:])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "greedy" and all(n in FIXTURES for n in sys.argv[3:]):
+        greedy(sys.argv[2] if len(sys.argv) >= 3 else os.path.join(os.path.dirname(__file__), "..", "..", "hf", "testdata"), sys.argv[3:])
     elif len(sys.argv) == 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "loss":
