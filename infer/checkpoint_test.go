@@ -18,6 +18,7 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	_ "github.com/onegpu/onegpu/recipes" // registers the GPT and the Llama, for train.Load
 	"github.com/onegpu/onegpu/train"
 )
 
