@@ -146,7 +146,7 @@ func ParseOffload(s string) (Offload, error) {
 			return Offload(i), nil
 		}
 	}
-	return OffloadNone, fmt.Errorf("unknown --offload %q: use %s", s, strings.Join(offloadNames, " or "))
+	return OffloadNone, fmt.Errorf("unknown Config.Offload %q: use %s", s, strings.Join(offloadNames, " or "))
 }
 
 // microBatches is MicroBatches, 0 read as 1.
@@ -268,19 +268,19 @@ func (c Config) validateChunking() error {
 // support.
 func (c Config) checkOffload() error {
 	if c.DeviceBudget != 0 && c.Offload != OffloadParams {
-		return fmt.Errorf("a device budget (%d bytes) with --offload %s: the budget bounds a streamed step; use --offload params, or no budget", c.DeviceBudget, c.Offload)
+		return fmt.Errorf("a device budget (Config.DeviceBudget %d bytes) with Config.Offload %s: the budget bounds a streamed step; use Config.Offload params, or no budget", c.DeviceBudget, c.Offload)
 	}
 	switch c.Offload {
 	case OffloadNone:
 		return nil
 	case OffloadOptimizer:
 		if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
-			return fmt.Errorf("--offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
-				"keep the parameters in float32 (--policy params=float32,...)", p)
+			return fmt.Errorf("Config.Offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
+				"keep the parameters in float32 (Config.Policy params=float32,...)", p)
 		}
 		if c.Devices.Distributed() {
-			return fmt.Errorf("--offload optimizer with --devices %d: the offloaded update feeds one device; use --devices 1, "+
-				"or keep the state on the devices and split it with --shard optimizer", c.Devices.Count)
+			return fmt.Errorf("Config.Offload optimizer with Config.Devices.Count %d: the offloaded update feeds one device; use Config.Devices.Count 1, "+
+				"or keep the state on the devices and split it with Config.Devices.Shard optimizer", c.Devices.Count)
 		}
 		return nil
 	case OffloadParams:

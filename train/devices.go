@@ -70,23 +70,23 @@ const MeshAxis = "data"
 // number of examples, split into the same number of micro-batches.
 func (d Devices) validate(batch, microBatches int) error {
 	if d.Count < 0 {
-		return fmt.Errorf("--devices %d: the number of devices must be at least 1", d.Count)
+		return fmt.Errorf("Config.Devices.Count %d: the number of devices must be at least 1", d.Count)
 	}
 	if d.Shard < ShardNone || d.Shard > ShardParams {
 		return fmt.Errorf("unknown shard mode %d: use none, optimizer or params", int(d.Shard))
 	}
 	if !d.Distributed() {
 		if d.Shard != ShardNone {
-			return fmt.Errorf("--shard %s needs several devices: add --devices N (N > 1) or use --shard none", d.Shard)
+			return fmt.Errorf("Config.Devices.Shard %s needs several devices: set Config.Devices.Count N (N > 1) or use Config.Devices.Shard none", d.Shard)
 		}
 		return nil
 	}
 	if batch%d.Count != 0 {
-		return fmt.Errorf("--devices %d: a batch of %d does not split across %d devices: choose a batch that is a multiple of %d (e.g. %d)",
+		return fmt.Errorf("Config.Devices.Count %d: a batch of %d does not split across %d devices: choose a batch that is a multiple of %d (e.g. %d)",
 			d.Count, batch, d.Count, d.Count, (batch/d.Count+1)*d.Count)
 	}
 	if perDevice := batch / d.Count; perDevice%microBatches != 0 {
-		return fmt.Errorf("--devices %d --microbatches %d: each device gets %d examples of the batch of %d, which do not split into %d micro-batches: use a batch that is a multiple of %d",
+		return fmt.Errorf("Config.Devices.Count %d with Config.MicroBatches %d: each device gets %d examples of the batch of %d, which do not split into %d micro-batches: use a batch that is a multiple of %d",
 			d.Count, microBatches, perDevice, batch, microBatches, d.Count*microBatches)
 	}
 	return nil
@@ -103,8 +103,8 @@ func (d Devices) CheckBackend(backend backends.Backend) error {
 		return nil
 	}
 	if !strings.HasPrefix(backend.Name(), "xla") {
-		return fmt.Errorf("--devices %d: the embedded backend (%s) has %d device and cannot partition a step: use an XLA PJRT plugin (--backend xla:/abs/path/plugin.so or $%s; the XLA CPU plugin exposes 4 devices)",
+		return fmt.Errorf("Config.Devices.Count %d: the embedded backend (%s) has %d device and cannot partition a step: use an XLA PJRT plugin (the backend xla:/abs/path/plugin.so, or $%s; the XLA CPU plugin exposes 4 devices)",
 			d.Count, backend.Name(), have, ograph.EnvPlugin)
 	}
-	return fmt.Errorf("--devices %d: the backend %s has only %d device(s): use --devices %d or fewer", d.Count, backend.Name(), have, have)
+	return fmt.Errorf("Config.Devices.Count %d: the backend %s has only %d device(s): use Config.Devices.Count %d or fewer", d.Count, backend.Name(), have, have)
 }

@@ -204,7 +204,7 @@ func TestDevicesRefuseWhatCannotSplit(t *testing.T) {
 	}{
 		{train.Devices{Count: 3}, 16, "does not split across 3 devices"},
 		{train.Devices{Count: 4}, 12, "each device gets 3 examples of the batch of 12, which do not split into 2 micro-batches"},
-		{train.Devices{Count: 1, Shard: train.ShardParams}, 16, "--shard params needs several devices"},
+		{train.Devices{Count: 1, Shard: train.ShardParams}, 16, "Config.Devices.Shard params needs several devices"},
 	} {
 		c := base
 		c.Devices, c.Batch = tc.devices, tc.batch

@@ -144,7 +144,7 @@ func (o *offloadExecutor) start() error {
 	t := o.t
 	host, _, err := hostengine.NewBackend()
 	if err != nil {
-		return fmt.Errorf("--offload optimizer: the host backend: %w", err)
+		return fmt.Errorf("Config.Offload optimizer: the host backend: %w", err)
 	}
 	o.host = host
 	if err := o.prepare(t); err != nil {

@@ -69,7 +69,7 @@ func (s *streamExecutor) start() error {
 	s.model = t.Config.Model.(Staged) // Validate checked
 	host, _, err := hostengine.NewBackend()
 	if err != nil {
-		return fmt.Errorf("--offload params: the host engine: %w", err)
+		return fmt.Errorf("Config.Offload params: the host engine: %w", err)
 	}
 	s.host = host
 	s.compiled = map[*graph.Graph]int64{}
@@ -91,7 +91,7 @@ func (s *streamExecutor) start() error {
 	}
 	n := s.model.Blocks()
 	if n < 1 {
-		return fmt.Errorf("--offload params: %s has %d blocks: a streamed model needs at least one", describeModel(t.Config.Model), n)
+		return fmt.Errorf("Config.Offload params: %s has %d blocks: a streamed model needs at least one", describeModel(t.Config.Model), n)
 	}
 	s.blockVars = make([][]*context.Variable, n)
 	for i := range n {
@@ -122,7 +122,7 @@ func (s *streamExecutor) start() error {
 		return err
 	}
 	if err := t.Ctx.InitializeVariables(s.host, nil); err != nil {
-		return fmt.Errorf("--offload params: initializing the weights on the host: %w", err)
+		return fmt.Errorf("Config.Offload params: initializing the weights on the host: %w", err)
 	}
 	used := map[*context.Variable]bool{}
 	for _, vs := range append([][]*context.Variable{s.embedVars, s.headVars}, s.blockVars...) {
@@ -152,7 +152,7 @@ func (s *streamExecutor) start() error {
 func (s *streamExecutor) startHost() error {
 	var err error
 	if s.update, err = newHostUpdate(s.t, s.host, map[string][]*context.Variable{"all": s.trainable}, []string{"all"}); err != nil {
-		return fmt.Errorf("--offload params: the host update: %w", err)
+		return fmt.Errorf("Config.Offload params: the host update: %w", err)
 	}
 	return nil
 }

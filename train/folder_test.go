@@ -99,8 +99,8 @@ func TestWeightsNoCheckpointAccountsForAreRefused(t *testing.T) {
 		}
 		before := files(t, dir)
 		h, err := runIn(t, c, dir, 5, train.RunOptions{SaveEvery: 1, Keep: 1})
-		if err == nil || !strings.Contains(err.Error(), "--overwrite") || !strings.Contains(err.Error(), "step-00000001.bin: its manifest is onegpu's but its .json is gone") {
-			t.Errorf("a run on weights without their .json: %v (history %v); want a refusal naming the files and --overwrite", err, h)
+		if err == nil || !strings.Contains(err.Error(), "RunOptions.Overwrite") || !strings.Contains(err.Error(), "step-00000001.bin: its manifest is onegpu's but its .json is gone") {
+			t.Errorf("a run on weights without their .json: %v (history %v); want a refusal naming the files and RunOptions.Overwrite", err, h)
 		}
 		if after := files(t, dir); !maps.Equal(before, after) {
 			t.Errorf("the refused run changed the folder: %v -> %v", keys(before), keys(after))
@@ -309,8 +309,8 @@ func TestResumeOnOtherDataIsRefused(t *testing.T) {
 	_, err = tr.Run(otherData(c), train.RunOptions{Steps: 4, CheckpointDir: dir})
 	var mismatch *checkpoint.DataMismatchError
 	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "seed 1") || !strings.Contains(err.Error(), "seed 2") ||
-		!strings.Contains(err.Error(), "--allow-other-data") {
-		t.Fatalf("resuming on other data: %v; want a *DataMismatchError naming both data and --allow-other-data", err)
+		!strings.Contains(err.Error(), "RunOptions.AllowOtherData") {
+		t.Fatalf("resuming on other data: %v; want a *DataMismatchError naming both data and RunOptions.AllowOtherData", err)
 	}
 	if after := files(t, dir); !maps.Equal(before, after) {
 		t.Errorf("the refused run changed the folder: %v -> %v", keys(before), keys(after))

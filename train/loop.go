@@ -73,7 +73,7 @@ func (e *InterruptedError) Error() string {
 	if e.Saved {
 		return fmt.Sprintf("interrupted at step %d, saved", e.Step)
 	}
-	return fmt.Sprintf("interrupted at step %d, not saved (no --checkpoint folder, or no step done)", e.Step)
+	return fmt.Sprintf("interrupted at step %d, not saved (no checkpoint folder, RunOptions.CheckpointDir, or no step done)", e.Step)
 }
 
 // DivergedError is returned by Run when a step's loss or a saved value is not finite: the run
@@ -89,7 +89,7 @@ func (e *DivergedError) Error() string {
 	if e.LastSaved >= 0 {
 		kept = fmt.Sprintf("the checkpoint of step %d is kept", e.LastSaved)
 	}
-	return fmt.Sprintf("the run diverged at step %d (%s) and stopped without saving; %s: lower --lr or add --loss-scale dynamic",
+	return fmt.Sprintf("the run diverged at step %d (%s) and stopped without saving; %s: lower the learning rate (Config.Schedule) or add a dynamic loss scale (Config.LossScale)",
 		e.Step, e.Reason, kept)
 }
 
@@ -147,7 +147,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		if store != nil && store.ResumeFrom != "" {
 			where = fmt.Sprintf("the checkpoint %s in %s has", store.ResumeFrom, store.Dir())
 		}
-		return h, fmt.Errorf("%s taken %d steps, past the %d asked for (--steps, RunOptions.Steps): nothing to train; "+
+		return h, fmt.Errorf("%s taken %d steps, past the %d asked for (RunOptions.Steps): nothing to train; "+
 			"ask for more than %d steps to train further, or use another checkpoint folder", where, h.Resumed, opts.Steps, h.Resumed)
 	}
 	if h.Resumed > 0 {
@@ -162,7 +162,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, store.Dir())
 		}
 		if h.Resumed == opts.Steps {
-			fmt.Fprintf(opts.Progress, "the run is at step %d, the steps asked for: nothing to train; raise --steps (RunOptions.Steps) to train further\n",
+			fmt.Fprintf(opts.Progress, "the run is at step %d, the steps asked for: nothing to train; raise RunOptions.Steps to train further\n",
 				h.Resumed)
 		} else {
 			fmt.Fprintf(opts.Progress, "training on %s\n", batches.Describe())

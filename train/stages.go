@@ -57,20 +57,20 @@ func inScopePath(ctx *context.Context, path string) *context.Context {
 // Staged, master weights other than float32, several devices.
 func (c Config) checkStreamed() error {
 	if _, ok := c.Model.(Staged); !ok {
-		return fmt.Errorf("--offload params: %s does not run as stages (train.Staged: an embedding, blocks, a head); "+
-			"stream a GPT or a Llama, or use --offload optimizer", describeModel(c.Model))
+		return fmt.Errorf("Config.Offload params: %s does not run as stages (train.Staged: an embedding, blocks, a head); "+
+			"stream a GPT or a Llama, or use Config.Offload optimizer", describeModel(c.Model))
 	}
 	if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 {
-		return fmt.Errorf("--offload params with %s parameters: the host keeps float32 master weights; use --policy params=float32,...", p)
+		return fmt.Errorf("Config.Offload params with %s parameters: the host keeps float32 master weights; use Config.Policy params=float32,...", p)
 	}
 	if p := c.Policy.Compute; p == dtypes.Float64 {
-		return fmt.Errorf("--offload params with float64 compute: the streamed loss is summed in float32; use float32 or bfloat16 compute")
+		return fmt.Errorf("Config.Offload params with float64 compute: the streamed loss is summed in float32; use float32 or bfloat16 compute")
 	}
 	if c.DeviceBudget < 0 {
 		return fmt.Errorf("device budget %d bytes: give a positive budget, or 0 for none", c.DeviceBudget)
 	}
 	if c.Devices.Distributed() {
-		return fmt.Errorf("--offload params with --devices %d: the streamed step feeds one device; use --devices 1", c.Devices.Count)
+		return fmt.Errorf("Config.Offload params with Config.Devices.Count %d: the streamed step feeds one device; use Config.Devices.Count 1", c.Devices.Count)
 	}
 	return nil
 }

@@ -188,7 +188,7 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 	loss := p.lossSum / nonZero32(p.count)
 	for _, v := range s.trainable {
 		if p.grads[v] == nil {
-			return nil, nil, fmt.Errorf("--offload params: no stage computed the gradient of %s", v.ScopeAndName())
+			return nil, nil, fmt.Errorf("Config.Offload params: no stage computed the gradient of %s", v.ScopeAndName())
 		}
 	}
 	start := time.Now()
@@ -358,7 +358,7 @@ func (p *streamPass) download(st *streamStage, sources []*context.Variable) erro
 	acc := p.acc
 	p.acc = nil
 	if len(acc) != len(st.trainable) {
-		return fmt.Errorf("--offload params: the %s stage's program returned %d gradients for %d trainable variables", st.name, len(acc), len(st.trainable))
+		return fmt.Errorf("Config.Offload params: the %s stage's program returned %d gradients for %d trainable variables", st.name, len(acc), len(st.trainable))
 	}
 	for k, j := range st.trainable {
 		grad, src := acc[k], sources[j]

@@ -57,13 +57,13 @@ func usedVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 func (s *streamExecutor) stageVariables(name string, inputs []shapes.Shape, fn accum.StepFn) ([]*context.Variable, error) {
 	p, err := ograph.ContextProgram(s.host, s.t.Ctx, name, inputs, fn)
 	if err != nil {
-		return nil, fmt.Errorf("--offload params: building the %s stage: %w", name, err)
+		return nil, fmt.Errorf("Config.Offload params: building the %s stage: %w", name, err)
 	}
 	defer p.Graph.Finalize()
 	vars := usedVariables(s.t.Ctx, p.Graph)
 	for _, v := range vars {
 		if v.ChangedInGraph(p.Graph) && v != s.rngVar() {
-			return nil, fmt.Errorf("--offload params: the %s stage changes the variable %s: a streamed stage may change the random state only",
+			return nil, fmt.Errorf("Config.Offload params: the %s stage changes the variable %s: a streamed stage may change the random state only",
 				name, v.ScopeAndName())
 		}
 	}
@@ -88,13 +88,13 @@ func (s *streamExecutor) blockSources(block0 []*context.Variable, i int, used []
 		}
 		w := s.t.Ctx.GetVariableByScopeAndName(scope, v.Name())
 		if w == nil || !w.Shape().Equal(v.Shape()) || w.Trainable != v.Trainable {
-			return nil, fmt.Errorf("--offload params: block %d has no variable %s/%s like block 0's %s (%s): every block must have the same variables",
+			return nil, fmt.Errorf("Config.Offload params: block %d has no variable %s/%s like block 0's %s (%s): every block must have the same variables",
 				i, scope, v.Name(), v.ScopeAndName(), v.Shape())
 		}
 		out[j] = w
 	}
 	if len(used) != len(out) {
-		return nil, fmt.Errorf("--offload params: block %d uses %d variables, block 0 uses %d: every block must have the same variables", i, len(used), len(out))
+		return nil, fmt.Errorf("Config.Offload params: block %d uses %d variables, block 0 uses %d: every block must have the same variables", i, len(used), len(out))
 	}
 	return out, nil
 }
@@ -210,7 +210,7 @@ func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 		st.bwd, err = context.NewExec(backend, st.tmpl.Reuse(), bwd)
 	}
 	if err != nil {
-		return fmt.Errorf("--offload params: the %s stage's programs: %w", st.name, err)
+		return fmt.Errorf("Config.Offload params: the %s stage's programs: %w", st.name, err)
 	}
 	st.add, err = graph.NewExec(backend, func(in []*graph.Node) []*graph.Node {
 		n := len(in) / 2

@@ -186,8 +186,8 @@ func TestStreamedRefuses(t *testing.T) {
 	halfParams, devices := gpt, gpt
 	halfParams.Policy, devices.Devices = bf16, train.Devices{Count: 2}
 	for name, c := range map[string]train.Config{"mlp": mlp, "bf16 params": halfParams, "2 devices": devices} {
-		if _, err := train.New(embedded(), c); err == nil || !strings.Contains(err.Error(), "--offload params") {
-			t.Errorf("%s: %v, want an error about --offload params", name, err)
+		if _, err := train.New(embedded(), c); err == nil || !strings.Contains(err.Error(), "Config.Offload params") {
+			t.Errorf("%s: %v, want an error about Config.Offload params", name, err)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}

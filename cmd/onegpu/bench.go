@@ -22,7 +22,8 @@ func init() {
 // benchRow is one configuration's results.
 type benchRow = plan.Measured
 
-func runBench(args []string, w io.Writer) error {
+func runBench(args []string, w io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("bench", "[--preset P] [--grid tutorial|chunking|host] [--steps N] [--plot FILE.png] [--estimate-only] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")

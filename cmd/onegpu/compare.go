@@ -109,7 +109,8 @@ type compareFlagList []string
 func (l *compareFlagList) String() string     { return strings.Join(*l, "; ") }
 func (l *compareFlagList) Set(s string) error { *l = append(*l, s); return nil }
 
-func runCompare(args []string, w, progress io.Writer) error {
+func runCompare(args []string, w, progress io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("compare", `[--configs cpu|llama|gpu | --model M [--preset P] | --config "FLAGS"...] [--optimizer adam|adamw|adafactor] [--steps N] [--backend SPEC] [--python PATH] [--keep DIR] [--json] [--json-file FILE]`)
 	var o compareOptions
 	var custom compareFlagList
@@ -208,7 +209,6 @@ func runCompare(args []string, w, progress io.Writer) error {
 			return err
 		}
 	}
-	var err error
 	if o.python, err = comparePython(o.python); err != nil {
 		return err
 	}

@@ -68,7 +68,8 @@ func (r *evalReport) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func runEval(args []string, w io.Writer) error {
+func runEval(args []string, w io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--adapter DIR [--quantize-base nf4|int8]] [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
 	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama or a Qwen2")
 	adapter := fs.String("adapter", "", "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) for --hf's model, applied to it (default: none)")

@@ -33,7 +33,8 @@ type memoryOptions struct {
 	timeline       string
 }
 
-func runMemory(args []string, w io.Writer) error {
+func runMemory(args []string, w io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("memory", "[--model mlp|gpt|llama] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--stock-gradients] [--backend SPEC] [--dump-hlo DIR] [--json]")
 	var o memoryOptions
 	o.setup.register(fs, "mlp", "tutorial")

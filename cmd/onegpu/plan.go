@@ -26,7 +26,8 @@ func init() {
 	})
 }
 
-func runPlan(args []string, w io.Writer) error {
+func runPlan(args []string, w io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("plan", "--budget 24GiB [--preset P] [--devices N] [--tflops-f32 T] [--tflops-bf16 T] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tutorial")

@@ -25,7 +25,8 @@ func init() {
 	})
 }
 
-func runTrain(args []string, w io.Writer) error {
+func runTrain(args []string, w io.Writer) (err error) {
+	defer inFlags(&err)
 	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR [--merge]] [--lora SPEC [--quantize-base nf4|int8] [--base-dtype D]] [--init-adapter DIR] [--export-adapter DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
@@ -142,7 +143,7 @@ func runTrain(args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var progress io.Writer = w
+	var progress io.Writer = flagWriter{w}
 	if *asJSON {
 		progress = nil
 	} else {

@@ -25,7 +25,7 @@ type FolderLockedError struct {
 }
 
 func (e *FolderLockedError) Error() string {
-	return fmt.Sprintf("checkpoint folder %s is in use by another run (%s): wait for it to finish or use another --checkpoint folder",
+	return fmt.Sprintf("checkpoint folder %s is in use by another run (%s): wait for it to finish or use another checkpoint folder (RunOptions.CheckpointDir)",
 		e.Dir, e.Holder)
 }
 

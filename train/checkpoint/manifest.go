@@ -198,7 +198,7 @@ type ConfigMismatchError struct {
 
 func (e *ConfigMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint folder %s holds another run; nothing was loaded or deleted:\n  %s\n"+
-		"use another --checkpoint folder, or the settings it was written with (steps, micro-batches, --lr, remat, attention, cross-entropy, offload, devices and backend may change on resume)",
+		"use another checkpoint folder (RunOptions.CheckpointDir), or the settings it was written with (steps, micro-batches, learning rate, remat, attention, cross-entropy, offload, devices and backend may change on resume)",
 		e.Dir, strings.Join(e.Differences, "\n  "))
 }
 
@@ -212,6 +212,6 @@ type DataMismatchError struct {
 func (e *DataMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint %s in %s was trained on other data; nothing was loaded or deleted:\n"+
 		"  data: this checkpoint was trained on %s;\n  this run's data is %s\n"+
-		"resume with the data it was trained on, or allow other data (--allow-other-data; train.RunOptions.AllowOtherData) to continue on this run's",
+		"resume with the data it was trained on, or allow other data (RunOptions.AllowOtherData) to continue on this run's",
 		e.Checkpoint, e.Dir, e.Written, e.Asked)
 }

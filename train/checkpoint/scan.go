@@ -113,14 +113,14 @@ func (c *Folder) scan(overwrite bool) error {
 	}
 	if len(foreign) > 0 && !overwrite {
 		return fmt.Errorf("checkpoint folder %s holds weights that no whole onegpu checkpoint accounts for; nothing was loaded or deleted:\n  %s\n"+
-			"they may be someone's data: move them out of the folder or use another --checkpoint folder; or, to train in this folder "+
-			"anyway, pass --overwrite (train.RunOptions.Overwrite, checkpoint.Options.Overwrite): onegpu never deletes files it did not write",
+			"they may be someone's data: move them out of the folder or use another checkpoint folder (RunOptions.CheckpointDir); or, to train in this folder "+
+			"anyway, pass RunOptions.Overwrite (checkpoint.Options.Overwrite): onegpu never deletes files it did not write",
 			c.dir, strings.Join(foreign, "\n  "))
 	}
 	c.Foreign = foreign
 	if len(committed) > 0 && c.ResumeFrom == "" && !overwrite {
 		return fmt.Errorf("checkpoint folder %s holds %d checkpoints and none is whole (nothing was loaded or deleted):\n  %s\n"+
-			"move them away or use another --checkpoint folder; or pass --overwrite to train from step 0 next to them",
+			"move them away or use another checkpoint folder (RunOptions.CheckpointDir); or pass RunOptions.Overwrite to train from step 0 next to them",
 			c.dir, len(committed), strings.Join(c.Skipped, "\n  "))
 	}
 	return nil
