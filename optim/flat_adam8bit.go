@@ -141,28 +141,58 @@ type quantizedMoments struct {
 }
 
 // applyBlock updates block b of p (the elements past p's end are the graph's zero padding) and its
-// codes and scales; scratch holds 2·bs float32 values.
+// codes and scales; scratch holds 2·bs float32 values. Whole vectors of a block run the vector
+// kernels where there are some.
 func (k adam8bitScalars) applyBlock(scaling loopScaling, q quantizedMoments, b, bs int, p, g, scratch []float32) {
 	lo := b * bs
 	ms, ss := scratch[:bs], scratch[bs:2*bs]
 	mCodes, sCodes := q.mCodes[lo:lo+bs], q.sCodes[lo:lo+bs]
-	mScale, sScale := q.mScales[b], q.sScales[b]
+	vector := hasAVX2 && bs%8 == 0
+	var v adam8bitVector
+	if vector {
+		v = k.vector(scaling, q.mScales[b], q.sScales[b])
+	}
 	var mMax, sMax float32
-	for j := range bs {
+	if vector && lo+bs <= len(p) {
+		adam8bitMomentsAVX2(&p[lo], &g[lo], &mCodes[0], &sCodes[0], &ms[0], &ss[0], bs, &v)
+		mMax, sMax = v.mMax, v.sMax
+	} else {
+		mMax, sMax = k.moments(scaling, q.mScales[b], q.sScales[b], mCodes, sCodes, p[lo:min(lo+bs, len(p))], g[lo:min(lo+bs, len(p))], ms, ss)
+	}
+	q.mScales[b], q.sScales[b] = mMax, sMax
+	if vector {
+		v.scales(mMax, sMax)
+		adam8bitCodesAVX2(&ms[0], &ss[0], &mCodes[0], &sCodes[0], bs, &v)
+		return
+	}
+	codes(mMax, sMax, ms, ss, mCodes, sCodes)
+}
+
+// moments is the first half of a block's update: the moments decoded from the codes with the
+// block's old scales, the step on p's elements (the rest of the block, the padding, has gradient
+// and value 0), the new moments rounded to float32 into ms and ss; it returns their largest
+// magnitudes.
+func (k adam8bitScalars) moments(scaling loopScaling, mScale, sScale float32, mCodes []int8, sCodes []uint8, p, g, ms, ss []float32) (mMax, sMax float32) {
+	for j := range ms {
 		var gj, value float32
-		if lo+j < len(p) {
-			gj, value = scaling.of(g[lo+j]), p[lo+j]
+		if j < len(p) {
+			gj, value = scaling.of(g[j]), p[j]
 		}
 		m := signedLevel[int(mCodes[j])+signedLevels] * mScale
 		s := unsignedLevel[sCodes[j]] * sScale
 		mNew, sNew, updated := k.step(m, s, gj, value)
-		if lo+j < len(p) {
-			p[lo+j] = updated
+		if j < len(p) {
+			p[j] = updated
 		}
 		ms[j], ss[j] = float32(mNew), float32(sNew)
 		mMax, sMax = max(mMax, abs32(ms[j])), max(sMax, ss[j])
 	}
-	q.mScales[b], q.sScales[b] = mMax, sMax
+	return mMax, sMax
+}
+
+// codes is the second half: the nearest codes of the new moments ms and ss on the block's new
+// scales mMax and sMax.
+func codes(mMax, sMax float32, ms, ss []float32, mCodes []int8, sCodes []uint8) {
 	var mThresholds [signedLevels + 2]float32
 	var sThresholds [unsignedLevels + 2]float32
 	for i := range mThresholds {
@@ -172,7 +202,7 @@ func (k adam8bitScalars) applyBlock(scaling loopScaling, q quantizedMoments, b, 
 		sThresholds[i] = unsignedThreshold[i] * sMax
 	}
 	mInverse, sInverse := reciprocal(mMax), reciprocal(sMax)
-	for j := range bs {
+	for j := range ms {
 		code := nearestCode(abs32(ms[j]), mInverse, signedLevels, false, mThresholds[:])
 		if ms[j] < 0 {
 			code = -code
@@ -183,6 +213,58 @@ func (k adam8bitScalars) applyBlock(scaling loopScaling, q quantizedMoments, b, 
 			code = max(code, 1)
 		}
 		sCodes[j] = uint8(code)
+	}
+}
+
+// adam8bitVector is what the vector kernels (adam8bitMomentsAVX2, adam8bitCodesAVX2) read, at
+// the fixed offsets flat_amd64.s uses (TestAdam8bitVectorLayout checks them): the step's float64
+// constants, the block's scales and their reciprocals, the gradient's scaling, the codes'
+// constants, each broadcast to a vector; the kernels write the new moments' largest magnitudes.
+type adam8bitVector struct {
+	lr, b1, b2, omb1, omb2, debias1, debias2, eps [4]float64
+	mScale, sScale, divisor1, divisor2, clip      [8]float32
+	mInverse, sInverse                            [8]float32
+	inv127, inv255, half, one, levels127          [8]float32
+	levels255, absMask                            [8]float32
+	kinds                                         [2]int32
+	clips                                         int32
+	mMax, sMax                                    float32
+}
+
+// vector is k with scaling and a block's old scales for the vector kernels.
+func (k adam8bitScalars) vector(scaling loopScaling, mScale, sScale float32) adam8bitVector {
+	var v adam8bitVector
+	for i := range 4 {
+		v.lr[i], v.b1[i], v.b2[i], v.omb1[i], v.omb2[i] = k.lr, k.b1, k.b2, k.omb1, k.omb2
+		v.debias1[i], v.debias2[i], v.eps[i] = k.debias1, k.debias2, k.eps
+	}
+	absMask := math.Float32frombits(1<<31 - 1)
+	for i := range 8 {
+		v.mScale[i], v.sScale[i], v.clip[i] = mScale, sScale, scaling.clip
+		v.inv127[i], v.inv255[i] = float32(1/float64(signedLevels)), float32(1/float64(unsignedLevels))
+		v.half[i], v.one[i], v.levels127[i], v.levels255[i], v.absMask[i] = 0.5, 1, signedLevels, unsignedLevels, absMask
+	}
+	for i, d := range scaling.divide {
+		value := d.d
+		if d.kind == 1 {
+			value = d.inverse
+		}
+		v.kinds[i] = int32(d.kind)
+		for j := range 8 {
+			[]*[8]float32{&v.divisor1, &v.divisor2}[i][j] = value
+		}
+	}
+	if scaling.clip != 1 {
+		v.clips = 1
+	}
+	return v
+}
+
+// scales sets the block's new scales and their reciprocals, for the codes.
+func (v *adam8bitVector) scales(mMax, sMax float32) {
+	mInverse, sInverse := reciprocal(mMax), reciprocal(sMax)
+	for i := range 8 {
+		v.mScale[i], v.sScale[i], v.mInverse[i], v.sInverse[i] = mMax, sMax, mInverse, sInverse
 	}
 }
 

@@ -17,3 +17,9 @@ func adamAVX2(p, grad, m, s *float32, n int, k *adamVector)
 
 //go:noescape
 func bfloat16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func adam8bitMomentsAVX2(p, grad *float32, mCodes *int8, sCodes *uint8, ms, ss *float32, n int, k *adam8bitVector)
+
+//go:noescape
+func adam8bitCodesAVX2(ms, ss *float32, mCodes *int8, sCodes *uint8, n int, k *adam8bitVector)

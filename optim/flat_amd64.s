@@ -146,3 +146,280 @@ convert:
 converted:
 	VZEROUPPER
 	RET
+
+// func adam8bitMomentsAVX2(p, grad *float32, mCodes *int8, sCodes *uint8, ms, ss *float32, n int, k *adam8bitVector)
+//
+// The first half of adam8bitScalars.applyBlock, eight elements at a time (n a multiple of 8):
+// the moments decoded from their codes with the block's old scales, the step (float64 lanes),
+// the new parameters written to p, the new moments rounded to float32 into ms and ss, and the
+// largest magnitude of each written to k.mMax and k.sMax.
+TEXT ·adam8bitMomentsAVX2(SB), NOSPLIT, $0-64
+	MOVQ p+0(FP), DI
+	MOVQ grad+8(FP), SI
+	MOVQ mCodes+16(FP), R10
+	MOVQ sCodes+24(FP), R11
+	MOVQ ms+32(FP), R12
+	MOVQ ss+40(FP), R13
+	MOVQ n+48(FP), CX
+	MOVQ k+56(FP), DX
+	MOVL 704(DX), R8 // the gradient's first divisor's kind: 0 none, 1 multiply, 2 divide
+	MOVL 708(DX), R9 // the second's
+	MOVL 712(DX), BX // 1: multiply by the clip factor
+	VXORPS  Y14, Y14, Y14
+	VXORPS  Y15, Y15, Y15
+	VMOVUPS 256(DX), Y12 // the first moment's old scale
+	VMOVUPS 288(DX), Y13 // the second's
+	XORQ AX, AX
+
+moments:
+	CMPQ AX, CX
+	JGE  momentsDone
+	VMOVUPS (SI)(AX*4), Y2 // g
+	CMPL R8, $1
+	JNE  momentsDiv1
+	VMULPS 320(DX), Y2, Y2
+	JMP  momentsSecond
+
+momentsDiv1:
+	CMPL R8, $2
+	JNE  momentsSecond
+	VDIVPS 320(DX), Y2, Y2
+
+momentsSecond:
+	CMPL R9, $1
+	JNE  momentsDiv2
+	VMULPS 352(DX), Y2, Y2
+	JMP  momentsClip
+
+momentsDiv2:
+	CMPL R9, $2
+	JNE  momentsClip
+	VDIVPS 352(DX), Y2, Y2
+
+momentsClip:
+	CMPL BX, $0
+	JE   momentsDecode
+	VMULPS 384(DX), Y2, Y2
+
+momentsDecode:
+	VPMOVSXBD (R10)(AX*1), Y0 // first moment: t = q·(1/127), t·|t|·scale
+	VCVTDQ2PS Y0, Y0
+	VMULPS    480(DX), Y0, Y0
+	VANDPS    672(DX), Y0, Y1
+	VMULPS    Y1, Y0, Y0
+	VMULPS    Y12, Y0, Y0
+	VPMOVZXBD (R11)(AX*1), Y1 // second moment: t = q·(1/255), (t²)²·scale
+	VCVTDQ2PS Y1, Y1
+	VMULPS    512(DX), Y1, Y1
+	VMULPS    Y1, Y1, Y1
+	VMULPS    Y1, Y1, Y1
+	VMULPS    Y13, Y1, Y1
+	VMOVUPS   (DI)(AX*4), Y3 // the parameter
+	VMULPS    Y2, Y2, Y4     // g² in float32
+
+	// Lanes 0-3, then 4-7, in float64: adam8bitScalars.step.
+	VCVTPS2PD  X0, Y5 // β1·m + (1-β1)·g
+	VCVTPS2PD  X2, Y6
+	VMULPD     32(DX), Y5, Y5
+	VMULPD     96(DX), Y6, Y6
+	VADDPD     Y6, Y5, Y5
+	VCVTPS2PD  X1, Y6 // β2·s + (1-β2)·g²
+	VCVTPS2PD  X4, Y7
+	VMULPD     64(DX), Y6, Y6
+	VMULPD     128(DX), Y7, Y7
+	VADDPD     Y7, Y6, Y6
+	VCVTPD2PSY Y5, X7
+	VMOVUPS    X7, (R12)(AX*4)
+	VCVTPD2PSY Y6, X7
+	VMOVUPS    X7, (R13)(AX*4)
+	VMULPD     192(DX), Y6, Y6 // lr·(m·debias1) / (√(s·debias2) + ε)
+	VSQRTPD    Y6, Y6
+	VADDPD     224(DX), Y6, Y6
+	VMULPD     160(DX), Y5, Y5
+	VMULPD     0(DX), Y5, Y5
+	VDIVPD     Y6, Y5, Y5
+	VCVTPS2PD  X3, Y6 // the parameter minus that
+	VSUBPD     Y5, Y6, Y6
+	VCVTPD2PSY Y6, X6
+	VMOVUPS    X6, (DI)(AX*4)
+
+	VEXTRACTF128 $1, Y0, X0
+	VEXTRACTF128 $1, Y1, X1
+	VEXTRACTF128 $1, Y2, X2
+	VEXTRACTF128 $1, Y3, X3
+	VEXTRACTF128 $1, Y4, X4
+	VCVTPS2PD    X0, Y5
+	VCVTPS2PD    X2, Y6
+	VMULPD       32(DX), Y5, Y5
+	VMULPD       96(DX), Y6, Y6
+	VADDPD       Y6, Y5, Y5
+	VCVTPS2PD    X1, Y6
+	VCVTPS2PD    X4, Y7
+	VMULPD       64(DX), Y6, Y6
+	VMULPD       128(DX), Y7, Y7
+	VADDPD       Y7, Y6, Y6
+	VCVTPD2PSY   Y5, X7
+	VMOVUPS      X7, 16(R12)(AX*4)
+	VCVTPD2PSY   Y6, X7
+	VMOVUPS      X7, 16(R13)(AX*4)
+	VMULPD       192(DX), Y6, Y6
+	VSQRTPD      Y6, Y6
+	VADDPD       224(DX), Y6, Y6
+	VMULPD       160(DX), Y5, Y5
+	VMULPD       0(DX), Y5, Y5
+	VDIVPD       Y6, Y5, Y5
+	VCVTPS2PD    X3, Y6
+	VSUBPD       Y5, Y6, Y6
+	VCVTPD2PSY   Y6, X6
+	VMOVUPS      X6, 16(DI)(AX*4)
+
+	VMOVUPS (R12)(AX*4), Y8 // the largest magnitudes so far
+	VANDPS  672(DX), Y8, Y8
+	VMAXPS  Y8, Y14, Y14
+	VMOVUPS (R13)(AX*4), Y8
+	VMAXPS  Y8, Y15, Y15
+	ADDQ    $8, AX
+	JMP     moments
+
+momentsDone:
+	VEXTRACTF128 $1, Y14, X0
+	VMAXPS       X0, X14, X14
+	VPERMILPS    $0x4e, X14, X0
+	VMAXPS       X0, X14, X14
+	VPERMILPS    $0xb1, X14, X0
+	VMAXPS       X0, X14, X14
+	VMOVSS       X14, 716(DX)
+	VEXTRACTF128 $1, Y15, X0
+	VMAXPS       X0, X15, X15
+	VPERMILPS    $0x4e, X15, X0
+	VMAXPS       X0, X15, X15
+	VPERMILPS    $0xb1, X15, X0
+	VMAXPS       X0, X15, X15
+	VMOVSS       X15, 720(DX)
+	VZEROUPPER
+	RET
+
+// func adam8bitCodesAVX2(ms, ss *float32, mCodes *int8, sCodes *uint8, n int, k *adam8bitVector)
+//
+// The second half of adam8bitScalars.applyBlock, eight elements at a time (n a multiple of 8):
+// nearestCode for each moment, given the block's new scales (k.mScale, k.sScale) and their
+// reciprocals (k.mInverse, k.sInverse).
+TEXT ·adam8bitCodesAVX2(SB), NOSPLIT, $0-48
+	MOVQ ms+0(FP), SI
+	MOVQ ss+8(FP), R8
+	MOVQ mCodes+16(FP), DI
+	MOVQ sCodes+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVQ k+40(FP), DX
+	VMOVUPS 256(DX), Y12 // the first moment's new scale
+	VMOVUPS 288(DX), Y13 // the second's
+	VXORPS  Y11, Y11, Y11
+	XORQ    AX, AX
+
+codes:
+	CMPQ AX, CX
+	JGE  codesDone
+
+	// First moment: the estimate RoundHalfUp(√(|m|·inverse)·127), at most 127 (code 0 for NaN).
+	VMOVUPS  (SI)(AX*4), Y0
+	VANDPS   672(DX), Y0, Y1
+	VMULPS   416(DX), Y1, Y2
+	VSQRTPS  Y2, Y2
+	VMULPS   608(DX), Y2, Y2
+	VROUNDPS $1, Y2, Y3
+	VADDPS   544(DX), Y3, Y4
+	VCMPPS   $13, Y4, Y2, Y5
+	VANDPS   576(DX), Y5, Y5
+	VADDPS   Y5, Y3, Y3
+	VMINPS   608(DX), Y3, Y3
+	VCMPPS   $13, Y11, Y2, Y6 // not NaN
+	VANDPS   Y6, Y3, Y3
+
+	// The thresholds around it: ((e∓½)·(1/127))²·scale.
+	VSUBPS 544(DX), Y3, Y4
+	VMULPS 480(DX), Y4, Y4
+	VMULPS Y4, Y4, Y4
+	VMULPS Y12, Y4, Y4
+	VADDPS 544(DX), Y3, Y5
+	VMULPS 480(DX), Y5, Y5
+	VMULPS Y5, Y5, Y5
+	VMULPS Y12, Y5, Y5
+
+	// One down if below the lower (and above 0), one up if at or above the upper (and below 127).
+	VCMPPS    $14, Y11, Y3, Y7
+	VCMPPS    $1, Y4, Y1, Y8
+	VANDPS    Y8, Y7, Y7
+	VCMPPS    $1, 608(DX), Y3, Y8
+	VCMPPS    $14, Y11, Y1, Y9
+	VANDPS    Y9, Y8, Y8
+	VCMPPS    $13, Y5, Y1, Y9
+	VANDPS    Y9, Y8, Y8
+	VANDPS    Y6, Y8, Y8 // never up from a NaN's estimate
+	VANDPS    576(DX), Y7, Y7
+	VSUBPS    Y7, Y3, Y9
+	VADDPS    576(DX), Y3, Y10
+	VBLENDVPS Y8, Y10, Y9, Y9
+	VCMPPS    $1, Y11, Y0, Y7 // negative: minus the code
+	VSUBPS    Y9, Y11, Y10
+	VBLENDVPS Y7, Y10, Y9, Y9
+	VCVTTPS2DQ   Y9, Y9
+	VEXTRACTI128 $1, Y9, X10
+	VPACKSSDW    X10, X9, X9
+	VPACKSSWB    X9, X9, X9
+	VMOVQ        X9, (DI)(AX*1)
+
+	// Second moment: the estimate RoundHalfUp(√√(s·inverse)·255), at most 255 (0 for NaN).
+	VMOVUPS  (R8)(AX*4), Y1
+	VMULPS   448(DX), Y1, Y2
+	VSQRTPS  Y2, Y2
+	VSQRTPS  Y2, Y2
+	VMULPS   640(DX), Y2, Y2
+	VROUNDPS $1, Y2, Y3
+	VADDPS   544(DX), Y3, Y4
+	VCMPPS   $13, Y4, Y2, Y5
+	VANDPS   576(DX), Y5, Y5
+	VADDPS   Y5, Y3, Y3
+	VMINPS   640(DX), Y3, Y3
+	VCMPPS   $13, Y11, Y2, Y6 // not NaN
+	VANDPS   Y6, Y3, Y3
+
+	// The thresholds around it: (((e∓½)·(1/255))²)²·scale.
+	VSUBPS 544(DX), Y3, Y4
+	VMULPS 512(DX), Y4, Y4
+	VMULPS Y4, Y4, Y4
+	VMULPS Y4, Y4, Y4
+	VMULPS Y13, Y4, Y4
+	VADDPS 544(DX), Y3, Y5
+	VMULPS 512(DX), Y5, Y5
+	VMULPS Y5, Y5, Y5
+	VMULPS Y5, Y5, Y5
+	VMULPS Y13, Y5, Y5
+
+	VCMPPS    $14, Y11, Y3, Y7
+	VCMPPS    $1, Y4, Y1, Y8
+	VANDPS    Y8, Y7, Y7
+	VCMPPS    $1, 640(DX), Y3, Y8
+	VCMPPS    $14, Y11, Y1, Y9
+	VANDPS    Y9, Y8, Y8
+	VCMPPS    $13, Y5, Y1, Y9
+	VANDPS    Y9, Y8, Y8
+	VANDPS    Y6, Y8, Y8 // never up from a NaN's estimate
+	VANDPS    576(DX), Y7, Y7
+	VSUBPS    Y7, Y3, Y9
+	VADDPS    576(DX), Y3, Y10
+	VBLENDVPS Y8, Y10, Y9, Y9
+	VCMPPS    $14, Y11, Y1, Y7 // positive: at least code 1
+	VMAXPS    576(DX), Y9, Y10
+	VBLENDVPS Y7, Y10, Y9, Y9
+	VCVTTPS2DQ   Y9, Y9
+	VEXTRACTI128 $1, Y9, X10
+	VPACKUSDW    X10, X9, X9
+	VPACKUSWB    X9, X9, X9
+	VMOVQ        X9, (R9)(AX*1)
+
+	ADDQ $8, AX
+	JMP  codes
+
+codesDone:
+	VZEROUPPER
+	RET

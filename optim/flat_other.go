@@ -10,3 +10,11 @@ func adamAVX2(p, grad, m, s *float32, n int, k *adamVector) {
 }
 
 func bfloat16AVX2(dst *uint16, src *float32, n int) { panic("optim: no AVX2 kernel on this platform") }
+
+func adam8bitMomentsAVX2(p, grad *float32, mCodes *int8, sCodes *uint8, ms, ss *float32, n int, k *adam8bitVector) {
+	panic("optim: no AVX2 kernel on this platform")
+}
+
+func adam8bitCodesAVX2(ms, ss *float32, mCodes *int8, sCodes *uint8, n int, k *adam8bitVector) {
+	panic("optim: no AVX2 kernel on this platform")
+}
