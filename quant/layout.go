@@ -84,6 +84,17 @@ func (c Config) Resolved() Config {
 	return c
 }
 
+// String describes c: "nf4 (blocks of 64, scales in 8 bits in blocks of 256)", "int8 (blocks of
+// 64)".
+func (c Config) String() string {
+	c = c.Resolved()
+	s := fmt.Sprintf("%s (blocks of %d", c.Format, c.BlockSize)
+	if c.DoubleQuant {
+		s += fmt.Sprintf(", scales in 8 bits in blocks of %d", c.ScaleBlockSize)
+	}
+	return s + ")"
+}
+
 // Validate reports a configuration that cannot be used, naming the field.
 func (c Config) Validate() error {
 	c = c.Resolved()

@@ -20,7 +20,7 @@ func (t *Trainer) Initialize() error {
 	if t.started {
 		return fmt.Errorf("initialize: the trainer has already run a step")
 	}
-	if err := t.quantizeBase(); err != nil {
+	if err := t.prepareBase(); err != nil {
 		return err
 	}
 	p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())

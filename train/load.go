@@ -79,6 +79,11 @@ func LoadOn(backend backends.Backend, dir string) (*Loaded, error) {
 	fail := func(err error) (*Loaded, error) {
 		return nil, fmt.Errorf("checkpoint %s in %s: %w", folder.ResumeFrom, dir, err)
 	}
+	if written.BaseSHA256 != "" {
+		return fail(fmt.Errorf("it holds adapters (%s) trained on a frozen base it does not store (sha256 %s, from %s): "+
+			"evaluate them on their base, written as a PEFT adapter (hf.ExportAdapter; train --export-adapter) and read onto the base's "+
+			"weights (hf.LoadAdapter; eval --hf BASE --adapter DIR)", written.Adapters, written.BaseSHA256, written.BaseFrom))
+	}
 	model, err := modelFromRecord(written)
 	if err != nil {
 		return fail(err)

@@ -97,7 +97,9 @@ func (e *DivergedError) Error() string {
 // when it fails). Step i trains on batches.Batch(i), whether its update is applied or skipped
 // (Trainer.Steps). Interrupted runs resume bit-exactly from their checkpoint: the batches depend
 // only on the step, and the weights, optimizer state, counters, loss scale and random state are
-// all saved. A checkpoint whose variables are not the model's (other sizes) is refused by name.
+// all saved. A LoRA run's checkpoints hold its adapters, not its frozen base, whose SHA-256 they
+// record: the resumed run makes the base again (SetWeights, or the seed) and is refused with a
+// *checkpoint.BaseMismatchError when it is another. A checkpoint whose variables are not the model's (other sizes) is refused by name.
 // A step whose loss is not finite, or whose weights or optimizer state are not finite at a save,
 // stops the run with a *DivergedError before anything is saved.
 func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
@@ -127,6 +129,16 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 		}
 		if store.ResumeFrom != "" {
 			if err := t.checkVariables(store); err != nil {
+				return nil, err
+			}
+		}
+		if t.Config.LoRA.Active() {
+			// The base is made (from SetWeights' weights or the seed) and compared before the
+			// checkpoint's adapters are loaded onto it.
+			if err := t.prepareBase(); err != nil {
+				return nil, err
+			}
+			if err := store.CheckBase(t.base.sha256, t.base.from); err != nil {
 				return nil, err
 			}
 		}

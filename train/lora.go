@@ -10,9 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
-	"github.com/onegpu/onegpu/quant"
 )
 
 // validateLoRA refuses a LoRA that cannot be used, a BaseDType without one, and the executors
@@ -85,56 +83,6 @@ func checkTargets(ctx *context.Context, lora layers.LoRA) error {
 	return fmt.Errorf("Config.LoRA targets %s, which the model does not have: its projections are %s", strings.Join(missing, ", "), strings.Join(slices.Sorted(slices.Values(have)), ", "))
 }
 
-// quantizeBase makes a QLoRA run's quantized base, once: the targeted weights in ctx (set by
-// SetWeights, or initialized here from the seed by the step's graph without quantization) are
-// replaced by their codes (layers.QuantizeWeights). It does nothing without LoRA.Quantize or when
-// the codes exist.
-func (t *Trainer) quantizeBase() error {
-	lora := t.Config.LoRA
-	if !lora.Active() || lora.Quantize.Format == "" {
-		return nil
-	}
-	for v := range t.Ctx.IterVariables() {
-		if strings.HasSuffix(strings.TrimSuffix(v.Scope(), context.ScopeSeparator), context.ScopeSeparator+layers.QuantizedScope) {
-			return nil // quantized already
-		}
-	}
-	if !t.hasWeights() {
-		// The float weights from the seed: the step built without quantization, initialized.
-		t.Config.LoRA.Quantize = quant.Config{}
-		p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize_base", t.InputShapes(), t.StepFn())
-		t.Config.LoRA = lora
-		if err != nil {
-			return fmt.Errorf("building the base model: %w", err)
-		}
-		p.Graph.Finalize()
-		if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
-			return fmt.Errorf("initializing the base model: %w", err)
-		}
-		t.Ctx = t.Ctx.Checked(false)
-	}
-	n, err := layers.QuantizeWeights(t.Ctx, lora)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("Config.LoRA.Quantize: the model has no weight of the targets %s to quantize", strings.Join(lora.Resolved().Targets, ", "))
-	}
-	return nil
-}
-
-// hasWeights reports whether the context holds any of the model's weights with a value.
-func (t *Trainer) hasWeights() bool {
-	for v := range t.Ctx.IterVariables() {
-		if v.Name() == "weight" && v.Shape().Rank() == 2 && !layers.IsAdapter(v) {
-			if _, err := v.Value(); err == nil {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // WeightDType is the dtype the model's weights are created and loaded in: under LoRA the
 // frozen base's (BaseDType, when set), else the policy's param dtype.
 func (c Config) WeightDType() dtypes.DType {
@@ -142,4 +90,17 @@ func (c Config) WeightDType() dtypes.DType {
 		return c.BaseDType
 	}
 	return c.policy().Param
+}
+
+// describeAdapters is what a checkpoint records of the run's adapters (checkpoint.WrittenBy's
+// Adapters): the LoRA, the base's dtype and code; "" without LoRA.
+func (c Config) describeAdapters() string {
+	if !c.LoRA.Active() {
+		return ""
+	}
+	s := fmt.Sprintf("lora %s; base %s", c.LoRA, strings.ToLower(c.WeightDType().String()))
+	if q := c.LoRA.Quantize; q.Format != "" {
+		s += ", " + q.String()
+	}
+	return s
 }

@@ -18,8 +18,9 @@ import (
 // this run's step, naming each weight (trainable or frozen: graph.IsWeight) that differs: a model of
 // other sizes holds a weight of another shape, lacks one the checkpoint has, or has one the
 // checkpoint lacks. (The optimizer state that follows from them is named only when no weight
-// differs.) The step is built once,
-// in a fresh context, to know them; nothing is compiled.
+// differs.) A LoRA run's frozen base is not in its checkpoints and not compared here (see
+// checkpoint.Folder.CheckBase). The step is built once, in a fresh context, to know them; nothing
+// is compiled.
 func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 	held, err := store.Variables()
 	if err != nil {
@@ -35,6 +36,9 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 	stateOnly := map[string]bool{} // top scopes that hold no weight: the optimizer's, the loss scale's, ...
 	for v := range ctx.IterVariables() {
 		name := v.ScopeAndName()
+		if t.Config.LoRA.Active() && ograph.IsFrozen(ctx, v) {
+			continue // the base, which the run makes again: its checkpoints hold the adapters
+		}
 		want[name], weight[name] = v.Shape(), ograph.IsWeight(ctx, v) // trainable or frozen: the model's
 		top := topScope(name)
 		if _, seen := stateOnly[top]; !seen {

@@ -24,6 +24,12 @@ type Trainer struct {
 	Config  Config
 	Backend backends.Backend
 	Ctx     *context.Context
+	// BaseSource says where a LoRA run's frozen base comes from, for its checkpoints' records and
+	// messages (e.g. "Hugging Face folder /models/llama-3.2-1b"): set it with the weights
+	// (SetWeights). Empty: "weights set by SetWeights", or the seed's when none were set.
+	BaseSource string
+	// base is the LoRA run's base once made (prepareBase); nil before, and without LoRA.
+	base *base
 	// exec runs the step (see executor); created on first use, released by Close.
 	exec executor
 	// started is set once a step has been compiled and run (Initialize must come before).
@@ -116,7 +122,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		g    *graph.Graph
 	)
 	if !t.started {
-		if err := t.quantizeBase(); err != nil {
+		if err := t.prepareBase(); err != nil {
 			return nil, nil, err
 		}
 	}

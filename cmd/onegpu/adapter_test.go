@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,4 +140,56 @@ func TestAdapterFlagErrors(t *testing.T) {
 			t.Errorf("%v: error %v, want one saying %q", args, err, want)
 		}
 	}
+}
+
+// TestLoRAResumeLoadsTheBaseAgain: a QLoRA run from the Llama fixture (--init-hf) saves
+// checkpoints of its adapters only; resumed with the same flags it loads and quantizes --init-hf
+// again and takes the uninterrupted run's losses bit for bit; resumed on another base (a copy of
+// the fixture with one weight changed) it is refused, naming both bases, before any step.
+func TestLoRAResumeLoadsTheBaseAgain(t *testing.T) {
+	t.Setenv(ograph.EnvBackend, "")
+	t.Setenv(ograph.EnvPlugin, "")
+	fx := testkit.ReadHFFixture(t, "llama3_untied")
+	tokens := fx.Dir + ".tokens.npy"
+	run := []string{"--data", tokens, "--seq", "23", "--batch", "2", "--microbatches", "1", "--policy", "float32",
+		"--lora", "rank=4,alpha=8,targets=q,k,v,o,gate,up,down", "--quantize-base", "nf4", "--lr", "5e-2"}
+	withBase := append([]string{"--init-hf", fx.Dir}, run...)
+	straight := trainLosses(t, append(withBase, "--steps", "4")...)
+	dir := filepath.Join(t.TempDir(), "run")
+	resumed := trainLosses(t, append(withBase, "--steps", "2", "--checkpoint", dir)...)
+	resumed = append(resumed, trainLosses(t, append(withBase, "--steps", "4", "--checkpoint", dir)...)...)
+	if !slices.Equal(straight, resumed) {
+		t.Errorf("losses uninterrupted %v, resumed %v", straight, resumed)
+	}
+	bins, err := filepath.Glob(filepath.Join(dir, "checkpoint-*.bin"))
+	if err != nil || len(bins) == 0 {
+		t.Fatalf("no checkpoint in %s (%v)", dir, err)
+	}
+	info, err := os.Stat(bins[len(bins)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.Stat(filepath.Join(fx.Dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a checkpoint's data %d bytes; the base's safetensors %d bytes", info.Size(), base.Size())
+	// Another base of the same shape: the fixture with one weight's lowest byte changed.
+	other := copyFolder(t, fx.Dir, filepath.Join(t.TempDir(), "other"))
+	weights := filepath.Join(other, "model.safetensors")
+	raw, err := os.ReadFile(weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[8+binary.LittleEndian.Uint64(raw)] ^= 1 // the first tensor's first byte
+	if err := os.WriteFile(weights, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = runTrain(append(append([]string{"--init-hf", other}, run...), "--steps", "6", "--checkpoint", dir), &out)
+	if err == nil || !strings.Contains(err.Error(), "holds adapters trained on another base") || !strings.Contains(err.Error(), "llama3_untied in float32)") ||
+		!strings.Contains(err.Error(), "other in float32)") {
+		t.Errorf("resumed on another base: %v, want an error naming both bases", err)
+	}
+	t.Logf("resumed on another base: %v", err)
 }

@@ -36,7 +36,8 @@ func runTrain(args []string, w io.Writer) (err error) {
 	hfFlags.register(fs)
 	var adapterFlags adapterRun
 	adapterFlags.register(fs)
-	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change")
+	checkpointDir := fs.String("checkpoint", "", "folder to resume from and save checkpoints to, locked while the run lasts (default: no checkpoints). On resume the model,\nsizes, vocabulary, policy, optimizer, loss scale, batch, seed and dropout must match the checkpoint's; steps, micro-batches, --lr, remat and backend may change.\n"+
+		"With --lora the checkpoints hold the adapters and the base's SHA-256, not the base: resume with the same --init-hf (or seed) and --base-dtype")
 	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
 	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
 	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted;\nwith --export-hf, export into a folder that holds files onegpu did not export (a model someone saved):\nits config.json and weights are replaced and its other weights files removed")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -133,12 +134,15 @@ func sameFolder(a, b string) bool {
 }
 
 // load opens --init-hf into the trainer's context, in the weights' dtype (hf.Open; --base-dtype under --lora),
-// unless the run resumes from a checkpoint, whose weights it continues from.
+// unless the run resumes from a checkpoint, whose weights it continues from. A LoRA run's
+// checkpoints hold its adapters, not its base: it loads --init-hf's base also when it resumes,
+// and the run checks it is the base the checkpoint records.
 func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Writer) error {
 	if h.initDir == "" {
 		return nil
 	}
-	if store != nil && store.ResumeFrom != "" {
+	resumes := store != nil && store.ResumeFrom != ""
+	if resumes && !t.Config.LoRA.Active() {
 		if progress != nil {
 			fmt.Fprintf(progress, "the run resumes from %s: its weights, not --init-hf's\n", store.Dir())
 		}
@@ -155,8 +159,15 @@ func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Wri
 	if err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
 	}
+	if abs, err := filepath.Abs(h.initDir); err == nil {
+		t.BaseSource = fmt.Sprintf("Hugging Face folder %s in %s", abs, strings.ToLower(t.Config.WeightDType().String()))
+	}
 	if progress != nil {
-		fmt.Fprintf(progress, "weights from %s\n", h.initDir)
+		what := "weights"
+		if t.Config.LoRA.Active() {
+			what = "frozen base"
+		}
+		fmt.Fprintf(progress, "%s from %s\n", what, h.initDir)
 	}
 	return nil
 }

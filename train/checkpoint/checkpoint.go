@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
+	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
@@ -167,6 +169,32 @@ func (c *Folder) CheckData(data string, allowOther bool) error {
 	return nil
 }
 
+// CheckBase compares the frozen base a run trains adapters on — sha256, the SHA-256 of its weights,
+// and from, where they came from, for messages — with the base the newest whole checkpoint
+// records, and records it in the checkpoints Save writes. From then on a checkpoint holds no
+// frozen weight (graph.IsFrozen: the base's float or quantized weights): the adapters, their
+// optimizer state, the counters and the random state only; the run makes its base again when it
+// resumes (from the same Hugging Face folder or seed) and calls CheckBase before Restore. A
+// checkpoint of another base is a *BaseMismatchError; one that records no base (a run of the
+// whole model) has already been refused by its adapters (WrittenBy.Differences).
+func (c *Folder) CheckBase(sha256, from string) error {
+	if sha256 == "" {
+		return fmt.Errorf("checkpoint folder %s: a base without a SHA-256 (from %s)", c.dir, from)
+	}
+	if c.ResumeFrom != "" && c.written.BaseSHA256 != sha256 {
+		return &BaseMismatchError{Dir: c.dir, Checkpoint: c.ResumeFrom, WrittenSHA256: cmp.Or(c.written.BaseSHA256, "none"),
+			WrittenFrom: cmp.Or(c.written.BaseFrom, "the checkpoint records no base"), AskedSHA256: sha256, AskedFrom: from}
+	}
+	c.record.BaseSHA256, c.record.BaseFrom = sha256, from
+	return nil
+}
+
+// saved reports whether Stage writes v of ctx: every variable, but the frozen weights of a run
+// with a base (CheckBase).
+func (c *Folder) saved(ctx *context.Context, v *context.Variable) bool {
+	return c.record.BaseSHA256 == "" || !ograph.IsFrozen(ctx, v)
+}
+
 // Close releases the folder's lock.
 func (c *Folder) Close() {
 	if c.lock != nil {
@@ -228,7 +256,8 @@ func (c *Folder) Save(ctx *context.Context, step int) error {
 	return c.Commit()
 }
 
-// Stage writes ctx's variables as the checkpoint of step into the staging folder and syncs them;
+// Stage writes ctx's variables (but a base's frozen weights: CheckBase) as the checkpoint of step
+// into the staging folder and syncs them;
 // it is not a checkpoint until Commit. It refuses, writing nothing, when a value is not finite (a
 // *NonFiniteError). Staging a step before the next one runs and committing it only once the next
 // step's loss is finite keeps weights that are finite but already diverging (the loss turns NaN
@@ -237,7 +266,7 @@ func (c *Folder) Stage(ctx *context.Context, step int) error {
 	if c.readOnly {
 		return fmt.Errorf("checkpoint folder %s was opened read-only (OpenReadOnly): open it with Open to save", c.dir)
 	}
-	if err := checkFinite(ctx, step); err != nil {
+	if err := checkFinite(ctx, step, c.saved); err != nil {
 		return err
 	}
 	if err := c.Discard(); err != nil {
@@ -253,6 +282,11 @@ func (c *Folder) Stage(ctx *context.Context, step int) error {
 			return fmt.Errorf("checkpoint folder %s: %w", c.dir, err)
 		}
 		c.saver = saver
+	}
+	for v := range ctx.IterVariables() {
+		if !c.saved(ctx, v) {
+			c.saver.ExcludeVarsFromSaving(v) // the base, which the run makes again on resume
+		}
 	}
 	if err := c.saver.Save(); err != nil {
 		return fmt.Errorf("saving checkpoint of step %d: %w", step, err)

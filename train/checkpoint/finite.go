@@ -19,11 +19,12 @@ func (e *NonFiniteError) Error() string {
 	return fmt.Sprintf("step %d: %s holds a non-finite value (element %d)", e.Step, e.Variable, e.Index)
 }
 
-// checkFinite returns a *NonFiniteError for the first float variable of ctx with a NaN or Inf.
-func checkFinite(ctx *context.Context, step int) error {
+// checkFinite returns a *NonFiniteError for the first float variable of ctx that saved selects
+// with a NaN or Inf.
+func checkFinite(ctx *context.Context, step int, saved func(*context.Context, *context.Variable) bool) error {
 	var found error
 	ctx.EnumerateVariables(func(v *context.Variable) {
-		if found != nil || !v.HasValue() || !v.Shape().DType.IsFloat() {
+		if found != nil || !v.HasValue() || !v.Shape().DType.IsFloat() || !saved(ctx, v) {
 			return
 		}
 		err := v.MustValue().ConstBytes(func(data []byte) {

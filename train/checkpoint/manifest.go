@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -130,8 +131,9 @@ func jsonKind(t reflect.Type) string {
 //
 // Settings that must match on resume: the model and its sizes (its vocabulary and dropout among
 // them), the precision policy, the optimizer with its hyperparameters, loss scale and clipping,
-// the batch size, the seed (it chooses the data and the dropout masks) and the schedule's kind.
-// The data must match too unless the run allows other data (Folder.CheckData). Settings that may
+// the batch size, the seed (it chooses the data and the dropout masks), the schedule's kind and the
+// adapters with their base's dtype and code. The data must match too unless the run allows other
+// data (Folder.CheckData), and a run with adapters must train on the same base (Folder.CheckBase). Settings that may
 // change on resume, because they change how a step is computed or how long the run is, not what
 // the weights mean: the number of steps, the micro-batches, the schedule's rates and steps, remat
 // and its policy, plain or chunked attention and cross-entropy, the offload, the devices and the
@@ -169,6 +171,16 @@ type WrittenBy struct {
 	// "chunked=1024"); empty in checkpoints written before they existed.
 	Attention    string `json:"attention,omitempty"`
 	CrossEntropy string `json:"cross_entropy,omitempty"`
+	// Adapters describes the low-rank adapters a run trains on a frozen base, with the base's
+	// dtype and code (e.g. "lora rank=16,alpha=32,targets=q_proj,v_proj; base bfloat16, nf4 ..."):
+	// it must match on resume. Empty for a run that trains the whole model.
+	Adapters string `json:"adapters,omitempty"`
+	// BaseSHA256 and BaseFrom name the frozen base a run with adapters trains on (Folder.CheckBase):
+	// the SHA-256 of its weights and where they came from ("Hugging Face folder ...", "the seed
+	// 42"). Such a checkpoint holds the adapters, their optimizer state and the counters, never the
+	// base: a resumed run makes the base again and must arrive at the same hash.
+	BaseSHA256 string `json:"base_sha256,omitempty"`
+	BaseFrom   string `json:"base_from,omitempty"`
 }
 
 // Differences lists each setting that must match on resume but does not, as "setting: this
@@ -187,8 +199,12 @@ func (w WrittenBy) Differences(asked WrittenBy) []string {
 	add("batch", w.Batch, asked.Batch)
 	add("seed", w.Seed, asked.Seed)
 	add("schedule", w.Schedule, asked.Schedule)
+	add("adapters", cmp.Or(w.Adapters, noAdapters), cmp.Or(asked.Adapters, noAdapters))
 	return diffs
 }
+
+// noAdapters is how a difference names a run without adapters.
+const noAdapters = "none (the whole model trains)"
 
 // ConfigMismatchError is returned when a checkpoint folder holds a run of another config.
 type ConfigMismatchError struct {
@@ -200,6 +216,22 @@ func (e *ConfigMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint folder %s holds another run; nothing was loaded or deleted:\n  %s\n"+
 		"use another checkpoint folder (RunOptions.CheckpointDir), or the settings it was written with (steps, micro-batches, learning rate, remat, attention, cross-entropy, offload, devices and backend may change on resume)",
 		e.Dir, strings.Join(e.Differences, "\n  "))
+}
+
+// BaseMismatchError is returned by Folder.CheckBase when a run's frozen base is not the one the
+// adapters of the checkpoint it resumes were trained on.
+type BaseMismatchError struct {
+	Dir, Checkpoint string
+	// Written and Asked are the checkpoint's base and the run's: a SHA-256 and where it came from.
+	WrittenSHA256, WrittenFrom string
+	AskedSHA256, AskedFrom     string
+}
+
+func (e *BaseMismatchError) Error() string {
+	return fmt.Sprintf("checkpoint %s in %s holds adapters trained on another base; nothing was loaded or deleted:\n"+
+		"  base: this checkpoint's is sha256 %s (%s);\n  this run's is sha256 %s (%s)\n"+
+		"resume with the base it was trained on (the same --init-hf folder and --base-dtype, or the same seed), or use another --checkpoint folder",
+		e.Checkpoint, e.Dir, e.WrittenSHA256, e.WrittenFrom, e.AskedSHA256, e.AskedFrom)
 }
 
 // DataMismatchError is returned by Folder.CheckData when the run's data is not the data the
