@@ -81,8 +81,7 @@ func LoadOn(backend backends.Backend, dir string) (*Loaded, error) {
 	}
 	if written.BaseSHA256 != "" {
 		return fail(fmt.Errorf("it holds adapters (%s) trained on a frozen base it does not store (sha256 %s, from %s): "+
-			"evaluate them on their base, written as a PEFT adapter (hf.ExportAdapter; train --export-adapter) and read onto the base's "+
-			"weights (hf.LoadAdapter; eval --hf BASE --adapter DIR)", written.Adapters, written.BaseSHA256, written.BaseFrom))
+			"evaluate them on their base: hf.ExportAdapter writes them as a PEFT adapter, hf.LoadAdapter reads one onto the base's weights", written.Adapters, written.BaseSHA256, written.BaseFrom))
 	}
 	model, err := modelFromRecord(written)
 	if err != nil {

@@ -50,7 +50,7 @@ func TestLoRAFlagErrors(t *testing.T) {
 		"--quantize-base: quant: unknown format \"nf3\"":                                   {"--lora", "rank=2", "--quantize-base", "nf3"},
 		"--base-dtype \"int8\": want float32 or bfloat16":                                  {"--lora", "rank=2", "--base-dtype", "int8"},
 		"--lora with --offload optimizer":                                                  {"--lora", "rank=2", "--offload", "optimizer"},
-		"Config.LoRA targets x_proj, which the model does not have":                        {"--lora", "rank=2,targets=q,x_proj"},
+		"--lora targets x_proj, which the model does not have":                             {"--lora", "rank=2,targets=q,x_proj"},
 	} {
 		var out bytes.Buffer
 		err := runTrain(append([]string{"--model", "llama", "--preset", "tiny", "--steps", "1", "--batch", "8"}, args...), &out)

@@ -230,7 +230,7 @@ type BaseMismatchError struct {
 func (e *BaseMismatchError) Error() string {
 	return fmt.Sprintf("checkpoint %s in %s holds adapters trained on another base; nothing was loaded or deleted:\n"+
 		"  base: this checkpoint's is sha256 %s (%s);\n  this run's is sha256 %s (%s)\n"+
-		"resume with the base it was trained on (the same --init-hf folder and --base-dtype, or the same seed), or use another --checkpoint folder",
+		"resume with the base it was trained on (the same weights given to Trainer.SetWeights in the same Config.BaseDType, or the same Config.Seed), or use another RunOptions.CheckpointDir",
 		e.Checkpoint, e.Dir, e.WrittenSHA256, e.WrittenFrom, e.AskedSHA256, e.AskedFrom)
 }
 
