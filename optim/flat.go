@@ -250,8 +250,8 @@ func flatDeclines(ctx *context.Context) bool {
 // Partials are what Chain.StepWide needs from one set of gradients (float32 tensors, local or
 // shared with a host backend), computed by the cores together: whether every element, divided by
 // Denominator and LossScale, is finite, and each gradient's sum of the squares of those values
-// (accumulated in float64, in a fixed order, and rounded to float32; Clip is not applied). The
-// graph's float32 reduction may round the sums differently in their last bits.
+// (accumulated in float64, in a fixed order for a given machine, and rounded to float32; Clip is
+// not applied). The graph's float32 reduction rounds the sums differently in their last bits.
 func (s GradientScaling) Partials(grads []*tensors.Tensor) (finite bool, squares []float32, err error) {
 	sizes := make([]int, len(grads))
 	for i, g := range grads {
@@ -267,9 +267,16 @@ func (s GradientScaling) Partials(grads []*tensors.Tensor) (finite bool, squares
 	nonFinite := make([]bool, len(tasks))
 	err = withFlat(grads, make([]bool, len(grads)), func(flats []any) {
 		runTasks(tasks, func(i int, t flatTask) {
+			g := flats[t.v].([]float32)[t.lo:t.hi]
 			var sum float64
-			for _, g := range flats[t.v].([]float32)[t.lo:t.hi] {
-				x := float64(scaling.of(g))
+			vectors := 0
+			if hasAVX2 && len(g) >= 8 {
+				vectors = len(g) &^ 7
+				v := adamScalars{}.vector(scaling)
+				sum = squaresAVX2(&g[0], vectors, &v)
+			}
+			for _, x := range g[vectors:] {
+				x := float64(scaling.of(x))
 				sum += x * x
 			}
 			sums[i], nonFinite[i] = sum, math.IsNaN(sum) || math.IsInf(sum, 0)

@@ -23,3 +23,6 @@ func adam8bitMomentsAVX2(p, grad *float32, mCodes *int8, sCodes *uint8, ms, ss *
 
 //go:noescape
 func adam8bitCodesAVX2(ms, ss *float32, mCodes *int8, sCodes *uint8, n int, k *adam8bitVector)
+
+//go:noescape
+func squaresAVX2(grad *float32, n int, k *adamVector) float64

@@ -423,3 +423,68 @@ codes:
 codesDone:
 	VZEROUPPER
 	RET
+
+// func squaresAVX2(grad *float32, n int, k *adamVector) float64
+//
+// The sum of the squares of grad's elements divided as k's divisors say (not clipped), in float64
+// with eight running sums (n a multiple of 8): Partials' pass. A non-finite element makes it
+// non-finite.
+TEXT ·squaresAVX2(SB), NOSPLIT, $0-32
+	MOVQ grad+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ k+16(FP), DX
+	MOVL 48(DX), R10
+	MOVL 52(DX), R11
+	VXORPD Y14, Y14, Y14
+	VXORPD Y15, Y15, Y15
+	XORQ   AX, AX
+
+squares:
+	CMPQ AX, CX
+	JGE  squaresDone
+	VMOVUPS (SI)(AX*4), Y0
+	CMPL R10, $1
+	JNE  squaresDiv1
+	VBROADCASTSS 36(DX), Y4
+	VMULPS Y4, Y0, Y0
+	JMP  squaresSecond
+
+squaresDiv1:
+	CMPL R10, $2
+	JNE  squaresSecond
+	VBROADCASTSS 36(DX), Y4
+	VDIVPS Y4, Y0, Y0
+
+squaresSecond:
+	CMPL R11, $1
+	JNE  squaresDiv2
+	VBROADCASTSS 40(DX), Y4
+	VMULPS Y4, Y0, Y0
+	JMP  squaresAdd
+
+squaresDiv2:
+	CMPL R11, $2
+	JNE  squaresAdd
+	VBROADCASTSS 40(DX), Y4
+	VDIVPS Y4, Y0, Y0
+
+squaresAdd:
+	VCVTPS2PD    X0, Y1
+	VMULPD       Y1, Y1, Y1
+	VADDPD       Y1, Y14, Y14
+	VEXTRACTF128 $1, Y0, X0
+	VCVTPS2PD    X0, Y1
+	VMULPD       Y1, Y1, Y1
+	VADDPD       Y1, Y15, Y15
+	ADDQ         $8, AX
+	JMP          squares
+
+squaresDone:
+	VADDPD       Y15, Y14, Y14
+	VEXTRACTF128 $1, Y14, X0
+	VADDPD       X0, X14, X14
+	VPERMILPD    $1, X14, X0
+	VADDSD       X0, X14, X14
+	VMOVSD       X14, ret+24(FP)
+	VZEROUPPER
+	RET

@@ -18,3 +18,7 @@ func adam8bitMomentsAVX2(p, grad *float32, mCodes *int8, sCodes *uint8, ms, ss *
 func adam8bitCodesAVX2(ms, ss *float32, mCodes *int8, sCodes *uint8, n int, k *adam8bitVector) {
 	panic("optim: no AVX2 kernel on this platform")
 }
+
+func squaresAVX2(grad *float32, n int, k *adamVector) float64 {
+	panic("optim: no AVX2 kernel on this platform")
+}

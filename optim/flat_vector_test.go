@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 )
 
 // specialFloats are values a vector kernel must treat as the Go loop does: zeros of both signs,
@@ -172,6 +173,40 @@ func TestAdam8bitVectorIsTheLoop(t *testing.T) {
 			got[0][i], got[1][i] = byte(mCodes[i]), sCodes[i]
 			if mCodes[i] != wantM[i] || sCodes[i] != wantS[i] {
 				t.Fatalf("scale %v: moments %v (%#08x), %v: codes %d %d vectorized, %d %d by the loop", scale, ms[i], math.Float32bits(ms[i]), ss[i], mCodes[i], sCodes[i], wantM[i], wantS[i])
+			}
+		}
+	}
+}
+
+// TestPartialsVector: Partials' squares (vectorized where the machine has AVX2) are the float64
+// sum of the divided gradients' squares within float32 rounding, and a NaN or an infinity anywhere
+// (in the vectors or the tail) makes the step not finite.
+func TestPartialsVector(t *testing.T) {
+	scaling := GradientScaling{Denominator: 120, LossScale: 1024, Clip: 0.5}
+	g := vectorInputs(1<<15+13, 9)
+	for i, x := range g {
+		if !(math.Abs(float64(x)) < 1e18) {
+			g[i] = -3
+		}
+	}
+	var want float64
+	for _, x := range g {
+		y := float64(float32(float32(x/120) / 1024))
+		want += y * y
+	}
+	finite, squares, err := scaling.Partials([]*tensors.Tensor{tensors.FromValue(g)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !finite || math.Abs(float64(squares[0])-want) > 1e-6*want {
+		t.Errorf("finite %v, squares %v, want true and %v", finite, squares[0], want)
+	}
+	for _, at := range []int{5, 1<<15 + 11} {
+		for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(-1))} {
+			h := append([]float32(nil), g...)
+			h[at] = bad
+			if finite, _, _ := scaling.Partials([]*tensors.Tensor{tensors.FromValue(h)}); finite {
+				t.Errorf("%v at %d: finite", bad, at)
 			}
 		}
 	}
