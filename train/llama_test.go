@@ -59,20 +59,7 @@ func llamaLosses(t *testing.T, backend backends.Backend, config train.Config, st
 // within 2e-2; 8-bit Adam and Adafactor start from the same loss (the same initial weights) and
 // lower it. With the XLA plugin (not -short), 2 devices give one device's losses within 1e-5.
 func TestLlamaTechniques(t *testing.T) {
-	const steps = 4
-	backend := embedded()
-	reference := llamaReference(t)
-	want := llamaLosses(t, backend, reference, steps)
-	if !(want[steps-1] < want[0]) {
-		t.Fatalf("the plain run does not learn: losses %v", want)
-	}
-	for _, tc := range []struct {
-		name  string
-		edit  func(c *train.Config)
-		tol   float64 // relative, per step; negative: only the first loss is held to the reference, and the loss must fall
-		xla   bool
-		short bool
-	}{
+	checkTechniques(t, llamaReference(t), []technique{
 		{"remat attn", func(c *train.Config) { c.Remat.Kinds = []string{models.KindAttention} }, 0, false, true},
 		{"remat mlp", func(c *train.Config) { c.Remat.Kinds = []string{models.KindMLP} }, 0, false, false},
 		{"remat block", func(c *train.Config) { c.Remat.Kinds = []string{models.KindBlock} }, 0, false, true},
@@ -84,7 +71,28 @@ func TestLlamaTechniques(t *testing.T) {
 		{"adam8bit", func(c *train.Config) { c.Optimizer = mustOptimizer(t, "adam8bit") }, -1, false, true},
 		{"adafactor", func(c *train.Config) { c.Optimizer = mustOptimizer(t, "adafactor") }, -1, false, false},
 		{"2 devices", func(c *train.Config) { c.Devices = train.Devices{Count: 2} }, 1e-5, true, false},
-	} {
+	})
+}
+
+// technique is a change to a reference run and how close its losses must stay to the reference's.
+type technique struct {
+	name  string
+	edit  func(c *train.Config)
+	tol   float64 // relative, per step; negative: only the first loss is held to the reference, and the loss must fall
+	xla   bool    // on the XLA plugin, against the reference on it (not -short)
+	short bool    // also with -short
+}
+
+// checkTechniques trains reference and each technique's change of it for 4 steps on the same data
+// and holds the losses to the reference's.
+func checkTechniques(t *testing.T, reference train.Config, cases []technique) {
+	const steps = 4
+	backend := embedded()
+	want := llamaLosses(t, backend, reference, steps)
+	if !(want[steps-1] < want[0]) {
+		t.Fatalf("the plain run does not learn: losses %v", want)
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if testing.Short() && !tc.short {
 				t.Skip("-short: the other cases cover the same code")

@@ -60,8 +60,5 @@ func (l *loraFlags) apply(c *train.Config, set map[string]bool) error {
 		}
 		c.BaseDType = dtype
 	}
-	if c.Offload != train.OffloadNone {
-		return fmt.Errorf("--lora with --offload %s: adapters train on the device's step only (--offload none) for now", c.Offload)
-	}
 	return nil
 }
