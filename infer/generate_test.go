@@ -140,7 +140,7 @@ func TestGenerateRefuses(t *testing.T) {
 		{long[:100], infer.Options{MaxNewTokens: 40}, "make 140 tokens; the model reads at most 128 positions: generate at most 28 tokens"},
 		{[]int32{1}, infer.Options{MaxNewTokens: 1, StopTokens: []int32{300}}, "Options.StopTokens holds 300"},
 		{[]int32{1}, infer.Options{MaxNewTokens: 1, Sampling: infer.Sampling{Temperature: -1}}, "Options.Sampling.Temperature = -1"},
-		{[]int32{1}, infer.Options{MaxNewTokens: 1, Sampling: infer.Sampling{TopK: 5}}, "Sampling.TopK = 5 filters a draw, and Temperature = 0 is greedy"},
+		{[]int32{1}, infer.Options{MaxNewTokens: 1, Sampling: infer.Sampling{TopK: 5}}, "Sampling.TopK = 5 filters a draw, and Sampling.Temperature = 0 is greedy"},
 		{[]int32{1}, infer.Options{MaxNewTokens: 1, Sampling: infer.Sampling{Temperature: 1, TopP: 1.5}}, "Sampling.TopP = 1.5 must be in [0, 1]"},
 	} {
 		if _, err := g.Generate(c.prompt, c.o); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -101,9 +101,17 @@ func (g *Generator) Positions() int { return positionsOf(g.Model) }
 // Check returns the error Generate would return for prompt and o before any work: an empty
 // prompt, a token outside the vocabulary, a prompt and MaxNewTokens beyond the model's positions,
 // bad Sampling.
-func (g *Generator) Check(prompt []int32, o Options) error {
-	_, vocab := g.Model.TokenShape()
-	limit := g.Positions()
+func (g *Generator) Check(prompt []int32, o Options) error { return Check(g.Model, prompt, o) }
+
+// Check is Generator.Check for model before its weights are read (hf.ReadConfig's model, for
+// instance): what a Generator of it would refuse.
+func Check(model train.Model, prompt []int32, o Options) error {
+	m, err := asModel(model)
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	_, vocab := m.TokenShape()
+	limit := positionsOf(m)
 	switch {
 	case len(prompt) == 0:
 		return fmt.Errorf("generate: the prompt is empty: give at least one token (a tokenizer's BOS, for instance)")

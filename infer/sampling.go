@@ -42,9 +42,9 @@ func (s Sampling) Validate() error {
 	case !(s.TopP >= 0 && s.TopP <= 1):
 		return fmt.Errorf("Sampling.TopP = %g must be in [0, 1] (0 or 1 keeps every token)", s.TopP)
 	case s.Greedy() && s.TopK > 0:
-		return fmt.Errorf("Sampling.TopK = %d filters a draw, and Temperature = 0 is greedy decoding, which draws nothing: set Temperature above 0 (1 samples from the model's own distribution)", s.TopK)
+		return fmt.Errorf("Sampling.TopK = %d filters a draw, and Sampling.Temperature = 0 is greedy decoding, which draws nothing: set Sampling.Temperature above 0 (1 samples from the model's own distribution)", s.TopK)
 	case s.Greedy() && s.TopP > 0 && s.TopP < 1:
-		return fmt.Errorf("Sampling.TopP = %g filters a draw, and Temperature = 0 is greedy decoding, which draws nothing: set Temperature above 0 (1 samples from the model's own distribution)", s.TopP)
+		return fmt.Errorf("Sampling.TopP = %g filters a draw, and Sampling.Temperature = 0 is greedy decoding, which draws nothing: set Sampling.Temperature above 0 (1 samples from the model's own distribution)", s.TopP)
 	}
 	return nil
 }

@@ -164,7 +164,7 @@ func parseIDs(line string, vocab int) ([]int, error) {
 		for _, f := range strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
 			id, err := strconv.Atoi(f)
 			if err != nil {
-				return nil, fmt.Errorf("%q is not a token id (--decode reads ids: numbers separated by spaces or commas, or a JSON array)", f)
+				return nil, fmt.Errorf("%q is not a token id (ids are numbers separated by spaces or commas, or a JSON array)", f)
 			}
 			ids = append(ids, id)
 		}
