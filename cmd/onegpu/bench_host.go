@@ -29,7 +29,8 @@ var hostBenchOptimizers = []string{"adam", "adamw", "adam8bit", "adafactor"}
 
 // hostBench is `bench --grid host`'s result.
 type hostBench struct {
-	// CopyGBs and TriadGBs are the host's STREAM bandwidths; BoundGBs the larger, the bound's.
+	// CopyGBs and TriadGBs are the host's STREAM bandwidths (the best of a measure before the
+	// updates and one after); BoundGBs the larger, the bound's.
 	CopyGBs  float64 `json:"copy_gb_per_s"`
 	TriadGBs float64 `json:"triad_gb_per_s"`
 	BoundGBs float64 `json:"bound_gb_per_s"`
@@ -92,8 +93,10 @@ func runHostBench(fs *flag.FlagSet, steps int, params int64, spec string, withJA
 	if asJSON {
 		progress = io.Discard
 	}
-	// Arrays as large as the benchmark's matrix, and at least 128 MiB (4x the 32 MiB L3 of CI's EPYC).
-	bw := hostengine.MeasureBandwidth(max(128<<20, 4*params), 5)
+	// Arrays as large as the benchmark's matrix, and at least 128 MiB (4x the 32 MiB L3 of CI's EPYC);
+	// measured again after the updates (below): on a shared machine the best of both is the bound.
+	arrays := max(128<<20, 4*params)
+	bw := hostengine.MeasureBandwidth(arrays, 10)
 	r := hostBench{CopyGBs: bw.Copy / 1e9, TriadGBs: bw.Triad / 1e9, BoundGBs: max(bw.Copy, bw.Triad) / 1e9, Threads: bw.Threads}
 	fmt.Fprintf(progress, "host memory bandwidth (%d threads, 3 arrays of %d MiB): copy %.1f GB/s, triad %.1f GB/s\n", bw.Threads, bw.ArrayBytes>>20, r.CopyGBs, r.TriadGBs)
 	for i, s := range specs {
@@ -122,6 +125,14 @@ func runHostBench(fs *flag.FlagSet, steps int, params int64, spec string, withJA
 			}
 		}
 		backend.Finalize()
+	}
+	if again := hostengine.MeasureBandwidth(arrays, 10); max(again.Copy, again.Triad) > max(bw.Copy, bw.Triad) {
+		r.CopyGBs, r.TriadGBs, r.BoundGBs = max(bw.Copy, again.Copy)/1e9, max(bw.Triad, again.Triad)/1e9, max(again.Copy, again.Triad)/1e9
+		fmt.Fprintf(progress, "host memory bandwidth again: copy %.1f GB/s, triad %.1f GB/s: the bound from here (the rows above at %.1f GB/s)\n",
+			again.Copy/1e9, again.Triad/1e9, max(bw.Copy, bw.Triad)/1e9)
+		for i := range r.Rows {
+			r.Rows[i].UpdateRate = r.Rows[i].UpdateRate.WithBandwidth(r.BoundGBs * 1e9)
+		}
 	}
 	if withJAX {
 		j, err := runJAXHostAdam(python, params, steps)

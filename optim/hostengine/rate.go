@@ -179,7 +179,12 @@ func MeasureUpdate(cfg Config, params int64, steps int, bandwidth float64) (Upda
 		computeBytes = float64(cfg.Compute.Size())
 	}
 	r.BytesPerParam = 4 + 2*4 + 2*r.StateBytesPerParam + computeBytes
+	return r.WithBandwidth(bandwidth), nil
+}
+
+// WithBandwidth is r with its bound and fraction for the host bandwidth bandwidth (bytes per second).
+func (r UpdateRate) WithBandwidth(bandwidth float64) UpdateRate {
 	r.BoundParamsPerSecond = bandwidth / r.BytesPerParam
 	r.Fraction = r.ParamsPerSecond / r.BoundParamsPerSecond
-	return r, nil
+	return r
 }
