@@ -115,9 +115,9 @@ type Offload int
 const (
 	// OffloadNone keeps everything on the device(s) that run the step.
 	OffloadNone Offload = iota
-	// OffloadOptimizer keeps the optimizer's state and its update in host memory, on the embedded
-	// backend, and the device computes the loss and the gradients only (ZeRO-Offload's split; see
-	// Trainer.OffloadStats). One device only.
+	// OffloadOptimizer keeps the optimizer's state and its update in host memory (the host update:
+	// optim/hostengine, as OffloadParams), and the device computes the loss and the gradients only
+	// (ZeRO-Offload's split; see Trainer.OffloadStats). One device only.
 	OffloadOptimizer
 	// OffloadParams keeps the float32 master weights, the gradients and the optimizer's state in
 	// host memory and streams the model through the device a stage at a time (executor_stream.go):
