@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
@@ -26,7 +26,7 @@ import (
 //
 // Each iteration runs one step of each, alternately, so that the time ratio comes from one run on
 // the same machine state. Reported per k: ms/step; est-MiB, the estimated peak above the step's
-// inputs (graph.Analyze's PeakTempBytes); act-MiB, the activations alive at the estimated peak
+// inputs (analysis.Analyze's PeakTempBytes); act-MiB, the activations alive at the estimated peak
 // (the input batch, which both hold, included); heap-MiB, the measured Go heap peak above the
 // pre-step baseline (heapmeter.MeasurePeak, GOGC=10, lowest of 3 runs, outside the timed loop).
 // The *-ratio metrics are k=4 / k=1.
@@ -43,7 +43,7 @@ func BenchmarkMicroBatches(b *testing.B) {
 		b.Run(model.name, func(b *testing.B) {
 			ks := []int{1, 4}
 			type variant struct {
-				memory  *ograph.Memory
+				memory  *analysis.Memory
 				heap    int64
 				elapsed time.Duration
 				run     func() error
@@ -59,12 +59,12 @@ func BenchmarkMicroBatches(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				p, err := ograph.ContextProgram(embedded(), context.New(), fmt.Sprintf("step_k%d", k), inputs, step)
+				p, err := analysis.ContextProgram(embedded(), context.New(), fmt.Sprintf("step_k%d", k), inputs, step)
 				if err != nil {
 					b.Fatal(err)
 				}
 				exec := execStep(b, embedded(), context.New(), step)
-				v := &variant{memory: ograph.Analyze(p), run: func() error { _, err := exec.Exec(args...); return err }}
+				v := &variant{memory: analysis.Analyze(p), run: func() error { _, err := exec.Exec(args...); return err }}
 				if err := v.run(); err != nil { // compile and initialize
 					b.Fatal(err)
 				}
@@ -86,13 +86,13 @@ func BenchmarkMicroBatches(b *testing.B) {
 				v := variants[k]
 				b.ReportMetric(float64(v.elapsed.Milliseconds())/float64(b.N), fmt.Sprintf("k%d-ms/step", k))
 				b.ReportMetric(mib(v.memory.PeakTempBytes), fmt.Sprintf("k%d-est-MiB", k))
-				b.ReportMetric(mib(v.memory.Breakdown[ograph.Activations]), fmt.Sprintf("k%d-act-MiB", k))
+				b.ReportMetric(mib(v.memory.Breakdown[analysis.Activations]), fmt.Sprintf("k%d-act-MiB", k))
 				b.ReportMetric(mib(v.heap), fmt.Sprintf("k%d-heap-MiB", k))
 			}
 			one, four := variants[1], variants[4]
 			b.ReportMetric(float64(four.elapsed)/float64(one.elapsed), "time-ratio")
 			b.ReportMetric(float64(four.memory.PeakTempBytes)/float64(one.memory.PeakTempBytes), "est-ratio")
-			b.ReportMetric(float64(four.memory.Breakdown[ograph.Activations])/float64(one.memory.Breakdown[ograph.Activations]), "act-ratio")
+			b.ReportMetric(float64(four.memory.Breakdown[analysis.Activations])/float64(one.memory.Breakdown[analysis.Activations]), "act-ratio")
 			b.ReportMetric(float64(four.heap)/float64(one.heap), "heap-ratio")
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // A one-weight linear model scored on 8 examples, of which a mask keeps 1 of the first 4 and all
@@ -18,7 +18,7 @@ import (
 // that count. Averaging the micro-batches' means instead gives the lone example of the first
 // micro-batch the weight of two, and counts the empty second micro-batch as a zero loss.
 func ExampleGradients() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}

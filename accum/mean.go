@@ -5,7 +5,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // Mean is a mean carried as its sum and its count, so that the means of parts of a batch combine
@@ -110,10 +111,10 @@ func MaskedLoss(fn func(ctx *context.Context, batch []*graph.Node) (losses, mask
 
 // wideDType is the dtype sums and accumulators use for values of dtype: float64 stays float64,
 // anything else becomes float32.
-var wideDType = ograph.WideDType
+var wideDType = exact.WideDType
 
 // panicf panics with an error, the way GoMLX's graph-building functions report misuse.
-var panicf = ograph.Panicf
+var panicf = panics.Panicf
 
 // widen converts x to wideDType, returning x itself when it already has it.
 func widen(x *graph.Node) *graph.Node {

@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 )
 
@@ -74,16 +74,16 @@ func deepStep(t testing.TB, k int) accum.StepFn {
 }
 
 // estimate analyzes the deep MLP's step with k micro-batches.
-func estimate(t testing.TB, backend backends.Backend, k int, batch []*tensors.Tensor) *ograph.Memory {
+func estimate(t testing.TB, backend backends.Backend, k int, batch []*tensors.Tensor) *analysis.Memory {
 	inputs := make([]shapes.Shape, len(batch))
 	for i, b := range batch {
 		inputs[i] = b.Shape()
 	}
-	p, err := ograph.ContextProgram(backend, context.New(), fmt.Sprintf("deep_mlp_k%d", k), inputs, deepStep(t, k))
+	p, err := analysis.ContextProgram(backend, context.New(), fmt.Sprintf("deep_mlp_k%d", k), inputs, deepStep(t, k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ograph.Analyze(p)
+	return analysis.Analyze(p)
 }
 
 // allocated executes the step once to compile it and initialize the variables, then counts what
@@ -111,14 +111,14 @@ func allocated(t testing.TB, backend backends.Backend, k int, batch []*tensors.T
 func TestMicroBatchesSaveActivations(t *testing.T) {
 	batch := deepBatchTensors(1)
 	m1, m4 := estimate(t, embedded(), 1, batch), estimate(t, embedded(), 4, batch)
-	for k, m := range map[int]*ograph.Memory{1: m1, 4: m4} {
+	for k, m := range map[int]*analysis.Memory{1: m1, 4: m4} {
 		t.Logf("k=%d: estimated peak %.1f MiB (step allocates %.1f MiB), activations %.1f MiB, at %s %s",
-			k, mib(m.PeakBytes), mib(m.PeakTempBytes), mib(m.Breakdown[ograph.Activations]), m.PeakAt.Type(), m.PeakAt.Shape())
+			k, mib(m.PeakBytes), mib(m.PeakTempBytes), mib(m.Breakdown[analysis.Activations]), m.PeakAt.Type(), m.PeakAt.Shape())
 		for _, x := range m.AtPeak[:3] {
 			t.Logf("    %s %s %.2f %s", x.Label(), x.Node.Shape(), mib(x.Bytes), x.Kind)
 		}
 	}
-	ratio := float64(m4.Breakdown[ograph.Activations]) / float64(m1.Breakdown[ograph.Activations])
+	ratio := float64(m4.Breakdown[analysis.Activations]) / float64(m1.Breakdown[analysis.Activations])
 	t.Logf("activations at the peak, 4 vs 1 micro-batches: %.3f", ratio)
 	if ratio > 0.3 {
 		t.Errorf("activations at the peak with 4 micro-batches are %.3f of those with 1, want <= 0.3", ratio)

@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // Result is what Gradients computes for a whole batch. Every node is float32 (float64 where the
@@ -164,7 +164,7 @@ func accumulate(ctx *context.Context, k int, inputs []*graph.Node, lossFn LossFn
 func TrainableVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 	var vars []*context.Variable
 	for v := range ctx.IterVariables() {
-		if ograph.VariableRole(ctx, v) == ograph.RoleTrainable && v.InUseByGraph(g) {
+		if analysis.VariableRole(ctx, v) == analysis.RoleTrainable && v.InUseByGraph(g) {
 			vars = append(vars, v)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 )
@@ -275,7 +275,7 @@ func TestGradientsPanics(t *testing.T) {
 		}), []string{"no trainable variables"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ograph.ContextProgram(embedded(), context.New(), "step", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+			_, err := analysis.ContextProgram(embedded(), context.New(), "step", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 				return accum.Gradients(ctx, tc.k, in, tc.lossFn).Outputs()
 			})
 			if err == nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // Data yields the batches of a run. Batch(step) is deterministic, so a resumed run sees exactly the
@@ -59,7 +59,7 @@ type size struct {
 }
 
 // checkDataSizes returns an error naming the first size below 1, or saying that the sizes'
-// product is more values than onegpu counts (ograph.MaxTensorElements).
+// product is more values than onegpu counts (analysis.MaxTensorElements).
 func checkDataSizes(what string, sizes ...size) error {
 	product := 1.0
 	for _, s := range sizes {
@@ -68,7 +68,7 @@ func checkDataSizes(what string, sizes ...size) error {
 		}
 		product *= float64(s.value)
 	}
-	if product > ograph.MaxTensorElements {
+	if product > analysis.MaxTensorElements {
 		return fmt.Errorf("%s: a batch of %.3g values is more than onegpu counts (2^46): choose smaller sizes", what, product)
 	}
 	return nil

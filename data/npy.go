@@ -15,7 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/hostmemory"
 	"github.com/onegpu/onegpu/internal/regularfile"
 )
@@ -189,7 +189,7 @@ func readNPYHeader(r io.Reader) (npyHeader, error) {
 		dims = append(dims, d)
 		elements *= float64(d)
 	}
-	if elements > ograph.MaxTensorElements {
+	if elements > analysis.MaxTensorElements {
 		return h, fmt.Errorf("npy: shape (%s) holds %.3g values, more than onegpu counts (2^46)", h.shapeText, elements)
 	}
 	var dtype dtypes.DType

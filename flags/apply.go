@@ -76,7 +76,7 @@ func Apply(s Set) (Applied, []Problem, error) {
 }
 
 // NotePluginCreated records that a PJRT plugin (its name or path) created a client, and with
-// it read XLA_FLAGS. graph/ calls it right after creating an XLA backend, so that a later Apply
+// it read XLA_FLAGS. platform calls it right after creating an XLA backend, so that a later Apply
 // can warn that its flags come too late for that plugin.
 func NotePluginCreated(plugin string) {
 	applyState.Lock()

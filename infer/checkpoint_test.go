@@ -12,12 +12,12 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/infer"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	_ "github.com/onegpu/onegpu/recipes" // registers the GPT and the Llama, for train.Load
 	"github.com/onegpu/onegpu/train"
 )
@@ -41,8 +41,8 @@ func checkpointOf(t *testing.T, model train.Model) *train.Loaded {
 	if _, err := tr.Run(batches, train.RunOptions{Steps: 2, CheckpointDir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	l, err := train.Load(dir)
 	if err != nil {
 		t.Fatal(err)

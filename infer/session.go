@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/layers"
 )
 
@@ -58,7 +58,7 @@ func pick(hidden, last *graph.Node) *graph.Node {
 // finalizes it), and the other outputs.
 func logitsOf(exec *context.Exec, args ...any) ([]float32, []*tensors.Tensor, error) {
 	var outs []*tensors.Tensor
-	if err := ograph.CatchPanic(func() {
+	if err := panics.Catch(func() {
 		var err error
 		if outs, err = exec.Exec(args...); err != nil {
 			panic(err)
@@ -71,9 +71,9 @@ func logitsOf(exec *context.Exec, args ...any) ([]float32, []*tensors.Tensor, er
 	return logits, outs[1:], nil
 }
 
-// precompile compiles exec for args, as ograph.CatchPanic reports a failure.
+// precompile compiles exec for args, as panics.Catch reports a failure.
 func precompile(exec *context.Exec, args ...any) error {
-	return ograph.CatchPanic(func() {
+	return panics.Catch(func() {
 		if err := exec.PreCompile(args...); err != nil {
 			panic(err)
 		}

@@ -9,9 +9,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
+	"github.com/onegpu/onegpu/vjp"
 )
 
 // CausalSelfAttention is the tutorial's attention block without its residual: one QKV projection
@@ -26,9 +27,9 @@ func CausalSelfAttention(ctx *context.Context, x *graph.Node, heads, headDim int
 	width := x.Shape().Dim(-1)
 	qkv := DenseGeneral(ctx.In("qkv"), x, 1, heads, 3*headDim) // [b, t, h, 3d]
 	// jnp.split's gradient: one concatenate of the three cotangents, not three padded sums.
-	parts := ograph.SplitAxis(qkv, -1, 3)
+	parts := vjp.SplitAxis(qkv, -1, 3)
 	// The core is a section of the memory timeline (memory --timeline).
-	end := ograph.Section(x.Graph(), "attention")
+	end := analysis.Section(x.Graph(), "attention")
 	docs.check("layers.CausalSelfAttention", x)
 	values := Note(ctx, "attention", AttentionOf(ctx).SegmentCore(docs.Segments)(parts[0], parts[1], parts[2], softmaxDType)) // [b, q, h, d]
 	end()

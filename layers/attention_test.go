@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -97,14 +97,14 @@ func TestAttentionGradientsMatchFloat64(t *testing.T) {
 func TestAttentionBackwardKeepsOnlySoftmaxOutput(t *testing.T) {
 	ctx := context.New()
 	in := []shapes.Shape{shapes.Make(dtypes.Float64, attnBatch, attnSeq, attnWidth), shapes.Make(dtypes.Float64, attnBatch, attnSeq, attnWidth)}
-	p, err := ograph.ContextProgram(testkit.Embedded(), ctx, "attention", in, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
+	p, err := analysis.ContextProgram(testkit.Embedded(), ctx, "attention", in, func(ctx *context.Context, xs []*graph.Node) []*graph.Node {
 		return attentionLoss(ctx, dtypes.Float32, xs[0], xs[1])
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Graph.Finalize()
-	m := ograph.Analyze(p)
+	m := analysis.Analyze(p)
 	scores := []int{attnBatch, attnHeads, attnSeq, attnSeq}
 	var live []string
 	for _, tensor := range m.AtPeak {

@@ -33,7 +33,7 @@ var llamaLayer = oneLayer{hidden: 2048, heads: 32, kvHeads: 8, vocab: 1024, comp
 //
 // Metrics: nodes, the graph's node count (forward, backward and ties); compile-s and compile-cpu-s,
 // XLA's compile time, wall and the process's CPU time (steadier on a shared machine); xla-MiB,
-// XLA's temporary bytes; est-MiB, onegpu's estimate (graph.Analyze) of the peak above the inputs.
+// XLA's temporary bytes; est-MiB, onegpu's estimate (analysis.Analyze) of the peak above the inputs.
 func BenchmarkChunkedCompile(b *testing.B) {
 	xla := testkit.RequireXLA(b)
 	variants := []oneLayer{llamaLayer}

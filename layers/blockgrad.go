@@ -6,7 +6,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // The chunked attention and cross-entropy compute their value block by block and give their
@@ -20,7 +21,7 @@ import (
 // input's shape (any float dtype: it is converted), or nil for a zero gradient.
 //
 // It is mixed's island pattern for several inputs: an entry identity per input, tied to the
-// value by an exact zero (graph.ZeroTiedTo), and an identity on the output whose gradient rule
+// value by an exact zero (exact.ZeroTiedTo), and an identity on the output whose gradient rule
 // runs first (graph.Gradient visits nodes in decreasing creation order), computes every input's
 // gradient and leaves them for the entries to deliver.
 func withGradients(label string, inputs []*graph.Node, value *graph.Node, grad func(out, v *graph.Node) []*graph.Node) *graph.Node {
@@ -36,11 +37,11 @@ func withGradients(label string, inputs []*graph.Node, value *graph.Node, grad f
 			}
 			return graph.ConvertDType(grads[i], x.DType())
 		})
-		tie = addOrSet(tie, ograph.ZeroTiedTo(entry, value.DType()))
+		tie = addOrSet(tie, exact.ZeroTiedTo(entry, value.DType()))
 	}
 	sum := graph.Add(graph.StopGradient(value), tie)
 	return graph.IdentityWithCustomGradient(sum, func(out, v *graph.Node) *graph.Node {
-		defer ograph.Section(v.Graph(), label+" backward")()
+		defer analysis.Section(v.Graph(), label+" backward")()
 		grads = grad(out, v)
 		if len(grads) != len(inputs) {
 			panic(fmt.Sprintf("layers: a blocked gradient returned %d gradients for %d inputs", len(grads), len(inputs)))
@@ -61,13 +62,13 @@ func after(x *graph.Node, deps ...*graph.Node) *graph.Node {
 }
 
 // zeroAfter returns an exact float32 -0.0 computed from every node in deps (nil ones are
-// skipped), or nil when there are none: the sum of their graph.NegativeZeroFrom, which XLA cannot
+// skipped), or nil when there are none: the sum of their exact.NegativeZeroFrom, which XLA cannot
 // fold to a constant.
 func zeroAfter(deps ...*graph.Node) *graph.Node {
 	var zero *graph.Node
 	for _, d := range deps {
 		if d != nil {
-			zero = addOrSet(zero, ograph.NegativeZeroFrom(d)) // -0.0 + -0.0 is -0.0
+			zero = addOrSet(zero, exact.NegativeZeroFrom(d)) // -0.0 + -0.0 is -0.0
 		}
 	}
 	return zero

@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -46,14 +46,14 @@ func (m oneLayer) String() string {
 }
 
 // program builds the step at sequence length seq on backend.
-func (m oneLayer) program(backend backends.Backend, seq int) *ograph.Program {
+func (m oneLayer) program(backend backends.Backend, seq int) *analysis.Program {
 	g := graph.NewGraph(backend, "one_layer")
 	var params []*graph.Node
 	for i, s := range m.inputShapes(seq) {
 		params = append(params, graph.Parameter(g, fmt.Sprintf("input_%d", i), s))
 	}
 	outs := m.step(params)
-	p := ograph.NewProgram(g, outs...)
+	p := analysis.NewProgram(g, outs...)
 	p.Loss = outs[0]
 	return p
 }
@@ -123,15 +123,15 @@ func stepInputs(seq int, m oneLayer) []any {
 	return inputs
 }
 
-// temporaries returns onegpu's estimate of the step's peak bytes above its inputs (graph.Analyze)
+// temporaries returns onegpu's estimate of the step's peak bytes above its inputs (analysis.Analyze)
 // and, when compile is set, XLA's temporary bytes for the compiled step.
 func (m oneLayer) temporaries(t testing.TB, backend backends.Backend, seq int, compile bool) (estimate, xla int64) {
 	t.Helper()
 	p := m.program(backend, seq)
 	defer p.Graph.Finalize()
-	estimate = ograph.Analyze(p).PeakTempBytes
+	estimate = analysis.Analyze(p).PeakTempBytes
 	if compile {
-		c, err := ograph.CompileProgram(p)
+		c, err := analysis.CompileProgram(p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/quant"
 )
@@ -40,7 +41,7 @@ func (l Linear) frozen(ctx *context.Context, x *graph.Node, features int) *graph
 	y := frozenProduct(ctx, x, weight)
 	if l.Bias {
 		bias := l.Projection(ctx, g, in, features).Bias
-		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(bias), y, ograph.NegativeZeroFrom(y)))
+		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(bias), y, exact.NegativeZeroFrom(y)))
 	}
 	if targeted {
 		y = graph.Add(y, lora.delta(ctx, x, features))
@@ -74,7 +75,7 @@ func quantizedWeight(ctx *context.Context, g *graph.Graph, in, features int, c q
 	scope := ctx.In(QuantizedScope).WithInitializer(initializers.Zero)
 	var parts []*graph.Node
 	for _, p := range layout.Parts() {
-		parts = append(parts, ograph.FreezeVariable(ctx, scope.VariableWithShape(p.Name, p.Shape)).ValueGraph(g))
+		parts = append(parts, analysis.FreezeVariable(ctx, scope.VariableWithShape(p.Name, p.Shape)).ValueGraph(g))
 	}
 	return quant.NewNodes(layout, parts...)
 }
@@ -115,7 +116,7 @@ func QuantizeWeights(ctx *context.Context, l LoRA) (int, error) {
 			} else if err := part.SetValue(value); err != nil {
 				return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
 			}
-			ograph.FreezeVariable(ctx, part)
+			analysis.FreezeVariable(ctx, part)
 		}
 		if err := ctx.DeleteVariable(v.Scope(), v.Name()); err != nil {
 			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)

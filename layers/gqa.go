@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // GroupedQuery describes grouped-query self-attention as Llama-class models have it: Heads query
@@ -68,7 +68,7 @@ func GroupedQueryAttention(ctx *context.Context, x *graph.Node, a GroupedQuery, 
 	if core == nil {
 		core = AttentionOf(ctx).SegmentCore(docs.Segments)
 	}
-	end := ograph.Section(x.Graph(), "attention")                     // for the memory timeline
+	end := analysis.Section(x.Graph(), "attention")                   // for the memory timeline
 	values := Note(ctx, "attention", core(q, k, v, a.softmaxDType())) // [b, s, heads, headDim]
 	end()
 	return a.output(ctx, values, x.Shape().Dim(2))

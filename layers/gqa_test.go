@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/plainllama"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
@@ -144,7 +144,7 @@ func keyCopies(t *testing.T, attention func(q, k, v *graph.Node, softmaxDType dt
 	qShape := shapes.Make(compute, batch, seq, heads, headDim)
 	kvShape := shapes.Make(compute, batch, seq, kvHeads, headDim)
 	var k, v *graph.Node
-	p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "attention", []shapes.Shape{qShape, kvShape, kvShape},
+	p, err := analysis.ContextProgram(testkit.Embedded(), context.New(), "attention", []shapes.Shape{qShape, kvShape, kvShape},
 		func(_ *context.Context, in []*graph.Node) []*graph.Node {
 			k, v = in[1], in[2]
 			out := attention(in[0], k, v, dtypes.Float32)

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // ParamSeed is the context hyperparameter (an int64) the random initial values of onegpu's layers
@@ -21,7 +21,7 @@ const ParamSeed = "initializers_seed"
 // NormalVariable returns the variable name in ctx's scope, created with the given shape when it
 // does not exist yet and initialized from a normal distribution with mean 0 and standard
 // deviation std. The values are a function of the seed (ParamSeed), the variable's scope and
-// name, and its shape only (ograph.RandomNormal keyed by ograph.RandomKey): the same bits on the
+// name, and its shape only (exact.RandomNormal keyed by exact.RandomKey): the same bits on the
 // embedded backend and on XLA, whatever other variables the model creates and in whatever order,
 // and independent of GoMLX's random state (which dropout uses). It panics for a std that is not
 // positive and finite.
@@ -31,7 +31,7 @@ func NormalVariable(ctx *context.Context, name string, shape shapes.Shape, std f
 	}
 	path := strings.TrimSuffix(ctx.Scope(), context.ScopeSeparator) + context.ScopeSeparator + name
 	return ctx.WithInitializer(func(g *graph.Graph, s shapes.Shape) *graph.Node {
-		return ograph.RandomNormal(g, ograph.RandomKey(seedOf(ctx), path, s.Dimensions), s, std)
+		return exact.RandomNormal(g, exact.RandomKey(seedOf(ctx), path, s.Dimensions), s, std)
 	}).VariableWithShape(name, shape)
 }
 
@@ -46,7 +46,7 @@ func UniformVariable(ctx *context.Context, name string, shape shapes.Shape, boun
 	}
 	path := strings.TrimSuffix(ctx.Scope(), context.ScopeSeparator) + context.ScopeSeparator + name
 	return ctx.WithInitializer(func(g *graph.Graph, s shapes.Shape) *graph.Node {
-		bits := ograph.RandomBits(g, ograph.RandomKey(seedOf(ctx), path, s.Dimensions), s.Dimensions...)
+		bits := exact.RandomBits(g, exact.RandomKey(seedOf(ctx), path, s.Dimensions), s.Dimensions...)
 		u := graph.ConvertDType(graph.Div(bits, graph.Const(g, uint64(1)<<11)), dtypes.Float64) // exact: 53 bits
 		x := graph.MulScalar(graph.AddScalar(graph.MulScalar(u, math.Ldexp(2, -53)), -1), bound)
 		if s.DType != dtypes.Float64 {

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -47,7 +47,7 @@ func DenseGeneral(ctx *context.Context, x *graph.Node, inAxes int, features ...i
 	}
 	y := graph.DotGeneral(p.CastToCompute(x), contract, nil, p.CastToCompute(kernel), kernelAxes, nil)
 	y = remat.NameDot(y, "")
-	return Note(ctx, "Dense", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, ograph.NegativeZeroFrom(y))))
+	return Note(ctx, "Dense", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, exact.NegativeZeroFrom(y))))
 }
 
 // denseVariables returns DenseGeneral's kernel [inDims..., features...] (LeCun normal, in the
@@ -81,7 +81,7 @@ func LayerNorm(ctx *context.Context, x *graph.Node) *graph.Node {
 	scale := ctx.WithInitializer(initializers.One).VariableWithShape("scale", shapes.Make(p.Param, width)).ValueGraph(g)
 	bias := ctx.WithInitializer(initializers.Zero).VariableWithShape("bias", shapes.Make(p.Param, width)).ValueGraph(g)
 	y := mixed.Normalize(p.CastToCompute(x), layerNormEpsilon, -1)
-	tie := ograph.NegativeZeroFrom(y)
+	tie := exact.NegativeZeroFrom(y)
 	y = graph.Mul(y, broadcastFor(p.CastToCompute(scale), y, tie))
 	return Note(ctx, "LayerNorm", graph.Add(y, broadcastFor(p.CastToCompute(bias), y, tie)))
 }
@@ -128,7 +128,7 @@ func TieRandomStateTo(ctx *context.Context, x *graph.Node) {
 		return // RandomUniform creates the state; the next dropout is tied
 	}
 	state := v.ValueGraph(x.Graph())
-	zero := graph.ConvertDType(ograph.NegativeZeroFrom(x), state.DType()) // -0.0 converts to exactly 0
+	zero := graph.ConvertDType(exact.NegativeZeroFrom(x), state.DType()) // -0.0 converts to exactly 0
 	v.SetValueGraph(graph.Add(state, zero))
 }
 
@@ -144,7 +144,7 @@ func GELU(x *graph.Node) *graph.Node {
 func SiLU(x *graph.Node) *graph.Node { return graph.Mul(x, graph.Logistic(x)) }
 
 // broadcastFor returns v (a bias or a gain) ready to broadcast against x: with x's rank, plus
-// tie, an exact -0.0 computed from x (ograph.NegativeZeroFrom), which changes no value. The tie
+// tie, an exact -0.0 computed from x (exact.NegativeZeroFrom), which changes no value. The tie
 // keeps XLA from merging the identical broadcasts of v in every micro-batch of an unrolled step
 // (common-subexpression elimination) into one activation-sized buffer that lives from the first
 // micro-batch to the last: on XLA's CPU backend, which materializes a bias broadcast for its

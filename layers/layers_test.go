@@ -10,7 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	gomlxlayers "github.com/gomlx/gomlx/pkg/ml/layers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/audit"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -24,7 +25,7 @@ func build(t *testing.T, fn func(ctx *context.Context, x *graph.Node)) *context.
 	ctx := context.New()
 	g := graph.NewGraph(testkit.Embedded(), "layers")
 	defer g.Finalize()
-	err := ograph.CatchPanic(func() { fn(ctx, graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 8, 16))) })
+	err := panics.Catch(func() { fn(ctx, graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 8, 16))) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestAuditFindsGoMLXLayerParams(t *testing.T) {
 		t.Fatalf("%d findings, want 2 (GoMLX's weights and biases): %v", len(findings), findings)
 	}
 	for _, f := range findings {
-		if f.Kind != ograph.ParamDType || !strings.Contains(f.Message, "/theirs") ||
+		if f.Kind != audit.ParamDType || !strings.Contains(f.Message, "/theirs") ||
 			!strings.Contains(f.Message, "is bfloat16 but the policy's param dtype is float32") {
 			t.Errorf("finding %q", f)
 		}

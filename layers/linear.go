@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -47,7 +47,7 @@ func (l Linear) Apply(ctx *context.Context, x *graph.Node, features int) *graph.
 	p := l.Projection(ctx, x.Graph(), x.Shape().Dim(-1), features)
 	y := LinearWith(ctx, x, p.Weight)
 	if p.Bias != nil {
-		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(p.Bias), y, ograph.NegativeZeroFrom(y)))
+		y = graph.Add(y, broadcastFor(mixed.PolicyOf(ctx).CastToCompute(p.Bias), y, exact.NegativeZeroFrom(y)))
 	}
 	return Note(ctx, "Linear", y)
 }

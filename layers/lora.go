@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/quant"
 )
@@ -235,7 +235,7 @@ func IsAdapter(v *context.Variable) bool {
 func FreezeBase(ctx *context.Context) {
 	for v := range ctx.IterVariables() {
 		if v.Trainable && !IsAdapter(v) {
-			ograph.FreezeVariable(ctx, v)
+			analysis.FreezeVariable(ctx, v)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/plainllama"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
@@ -262,7 +262,7 @@ func TestFrozenProductKeepsNoWeight(t *testing.T) {
 	lora := layers.LoRA{Rank: 2, Targets: []string{"proj"}, Quantize: quant.QLoRA()}
 	peak := func(backend backends.Backend, plain bool) int64 {
 		ctx := context.New()
-		p, err := ograph.ContextProgram(backend, ctx, testkit.CensusPrefix+"frozen", []shapes.Shape{shapes.Make(dtypes.Float32, batch, width)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		p, err := analysis.ContextProgram(backend, ctx, testkit.CensusPrefix+"frozen", []shapes.Shape{shapes.Make(dtypes.Float32, batch, width)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			layers.SetLoRA(ctx, lora)
 			x := in[0]
 			h := x
@@ -287,9 +287,9 @@ func TestFrozenProductKeepsNoWeight(t *testing.T) {
 		}
 		defer p.Graph.Finalize()
 		if backend == testkit.Embedded() {
-			return ograph.Analyze(p).PeakTempBytes
+			return analysis.Analyze(p).PeakTempBytes
 		}
-		m, err := ograph.CompileProgram(p)
+		m, err := analysis.CompileProgram(p)
 		if err != nil {
 			t.Fatal(err)
 		}

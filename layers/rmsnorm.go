@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -29,5 +29,5 @@ func RMSNorm(ctx *context.Context, x *graph.Node, epsilon float64) *graph.Node {
 	weight := ctx.WithInitializer(initializers.One).
 		VariableWithShape("weight", shapes.Make(p.Param, x.Shape().Dim(-1))).ValueGraph(x.Graph())
 	y := mixed.RMSNormalize(p.CastToCompute(x), epsilon, -1)
-	return Note(ctx, "RMSNorm", graph.Mul(y, broadcastFor(p.CastToCompute(weight), y, ograph.NegativeZeroFrom(y))))
+	return Note(ctx, "RMSNorm", graph.Mul(y, broadcastFor(p.CastToCompute(weight), y, exact.NegativeZeroFrom(y))))
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/vjp"
 )
 
 // RopeScaling is Llama 3's frequency scaling of rotary embeddings (Hugging Face's rope_type
@@ -137,7 +137,7 @@ func (r Rotary) ApplyAt(x, positions *graph.Node) *graph.Node {
 	// [rows, seq, 1, headDim/2], in x's dtype.
 	cos := graph.Reshape(graph.ConvertDType(graph.Cos(angles), x.DType()), rows, seq, 1, headDim/2)
 	sin := graph.Reshape(graph.ConvertDType(graph.Sin(angles), x.DType()), rows, seq, 1, headDim/2)
-	halves := ograph.SplitAxis(x, -1, 2)
+	halves := vjp.SplitAxis(x, -1, 2)
 	first, second := halves[0], halves[1]
 	// HF: x·[cos, cos] + [-second, first]·[sin, sin]; a + (-b) and a - b are the same bits.
 	return graph.Concatenate([]*graph.Node{

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // Summary describes a model layer by layer, like Flax's tabulate: each layer's output shape and
@@ -57,7 +57,7 @@ func Summarize(backend backends.Backend, forward func(ctx *context.Context, g *g
 	s := &Summary{}
 	g := graph.NewGraph(backend, "summary")
 	defer g.Finalize()
-	err := ograph.CatchPanic(func() {
+	err := panics.Catch(func() {
 		ctx.SetGraphParam(g, summaryKey, s)
 		forward(ctx, g)
 	})

@@ -9,7 +9,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	gomlxlayers "github.com/gomlx/gomlx/pkg/ml/layers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/audit"
 	"github.com/onegpu/onegpu/mixed"
 )
 
@@ -22,7 +23,7 @@ func TestAuditFindsLayersThatIgnoreThePolicy(t *testing.T) {
 	policy := mixed.Policy{Param: f32, Compute: bf16, Output: f32}
 	ctx := context.New()
 	mixed.SetPolicy(ctx, policy)
-	p, err := ograph.ContextProgram(embedded(), ctx, "layers", []shapes.Shape{shapes.Make(f32, 8, 16)},
+	p, err := analysis.ContextProgram(embedded(), ctx, "layers", []shapes.Shape{shapes.Make(f32, 8, 16)},
 		func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			x := in[0]
 			h := gomlxlayers.Dense(ctx.In("gomlx_dense"), x, true, 16) // float32 in, float32 matmul
@@ -41,9 +42,9 @@ func TestAuditFindsLayersThatIgnoreThePolicy(t *testing.T) {
 	for _, f := range findings {
 		t.Logf("%s", f)
 	}
-	var compute []ograph.Finding
+	var compute []audit.Finding
 	for _, f := range findings {
-		if f.Kind == ograph.ComputeDType {
+		if f.Kind == audit.ComputeDType {
 			compute = append(compute, f)
 		}
 	}
@@ -54,7 +55,7 @@ func TestAuditFindsLayersThatIgnoreThePolicy(t *testing.T) {
 
 	// Under a float32 policy the same float32 matmul is what the policy asks for.
 	mixed.SetPolicy(ctx, mixed.Float32)
-	if n := ograph.CountFindings(mixed.Audit(ctx, p.Graph, p.Outputs), ograph.ComputeDType); n != 0 {
+	if n := audit.CountFindings(mixed.Audit(ctx, p.Graph, p.Outputs), audit.ComputeDType); n != 0 {
 		t.Errorf("float32 policy: %d compute-dtype findings, want 0", n)
 	}
 }

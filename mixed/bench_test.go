@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
@@ -31,7 +31,7 @@ import (
 // batch is an argument of the step, alive throughout, and its bfloat16 copy is kept for the first
 // matmul's gradient).
 //
-// Reported: act-MiB, the activations alive at the simulated peak (graph.Analyze, which counts the
+// Reported: act-MiB, the activations alive at the simulated peak (analysis.Analyze, which counts the
 // data batch as an activation); peak-MiB, the simulated peak above the step's arguments; heap-MiB,
 // the measured Go heap peak above the pre-step baseline (heapmeter.MeasurePeak, GOGC=10); and
 // ns/op. BenchmarkMLPStepRatio reports the bfloat16/float32 ratios of activations and of the peak,
@@ -68,7 +68,7 @@ func mlpTrainStep(model func(*context.Context, mixed.Policy, *graph.Node, *graph
 // mlpStepBench holds one policy's analysis and a ready-to-run executor.
 type mlpStepBench struct {
 	policy mixed.Policy
-	memory *ograph.Memory
+	memory *analysis.Memory
 	run    func() error
 	close  func()
 }
@@ -86,11 +86,11 @@ func newMLPStepBench(b *testing.B, variant mlpVariant, spec string) *mlpStepBenc
 		shapes.Make(batchDType, tutorialmlp.Batch, tutorialmlp.Inputs),
 		shapes.Make(labelsDType, tutorialmlp.Batch),
 	}
-	p, err := ograph.ContextProgram(embedded(), context.New(), "mlp_step", inputs, mlpTrainStep(variant.model, policy))
+	p, err := analysis.ContextProgram(embedded(), context.New(), "mlp_step", inputs, mlpTrainStep(variant.model, policy))
 	if err != nil {
 		b.Fatal(err)
 	}
-	memory := ograph.Analyze(p)
+	memory := analysis.Analyze(p)
 
 	exec, err := context.NewExec(embedded(), context.New(), mlpTrainStep(variant.model, policy))
 	if err != nil {
@@ -127,7 +127,7 @@ func BenchmarkMLPStep(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(mib(s.memory.Breakdown[ograph.Activations]), "act-MiB")
+				b.ReportMetric(mib(s.memory.Breakdown[analysis.Activations]), "act-MiB")
 				b.ReportMetric(mib(s.memory.PeakTempBytes), "peak-MiB")
 				b.ReportMetric(mib(heap.AboveBaseline()), "heap-MiB")
 			})
@@ -159,7 +159,7 @@ func benchmarkRatio(b *testing.B, variant mlpVariant) {
 			*s.total += time.Since(start)
 		}
 	}
-	actFull, actHalf := full.memory.Breakdown[ograph.Activations], half.memory.Breakdown[ograph.Activations]
+	actFull, actHalf := full.memory.Breakdown[analysis.Activations], half.memory.Breakdown[analysis.Activations]
 	b.ReportMetric(float64(actHalf)/float64(actFull), "act-ratio")
 	b.ReportMetric(float64(half.memory.PeakTempBytes)/float64(full.memory.PeakTempBytes), "peak-ratio")
 	b.ReportMetric(float64(halfTime)/float64(fullTime), "time-ratio")
@@ -172,9 +172,9 @@ func benchmarkRatio(b *testing.B, variant mlpVariant) {
 	}
 }
 
-func breakdown(m *ograph.Memory) string {
+func breakdown(m *analysis.Memory) string {
 	s := ""
-	for _, k := range ograph.Kinds() {
+	for _, k := range analysis.Kinds() {
 		s += fmt.Sprintf("%s=%.2fMiB ", k, mib(m.Breakdown[k]))
 	}
 	return s

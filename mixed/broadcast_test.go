@@ -7,15 +7,15 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/vjp"
 )
 
 // TestBiasGradientBatch4096: a Dense layer with float32 parameters and bfloat16 compute (the
 // policy's casts), at batch 4096: the bias gradient (a sum over the batch of the broadcast) is
 // within 1% relative of float64, and so is the kernel gradient. With GoMLX's own gradient rules the
-// bias gradient is summed in bfloat16 and is far off, which is why graph/ replaces them.
+// bias gradient is summed in bfloat16 and is far off, which is why package vjp replaces them.
 func TestBiasGradientBatch4096(t *testing.T) {
 	const batch, in, out = 4096, 16, 8
 	policy := mixed.Policy{Param: f32, Compute: bf16, Output: f32}
@@ -47,7 +47,7 @@ func TestBiasGradientBatch4096(t *testing.T) {
 	for _, stock := range []bool{false, true} {
 		got := run(t, func(nodes []*graph.Node) []*graph.Node {
 			if stock {
-				ograph.UseStockGradients(nodes[0].Graph())
+				vjp.UseStock(nodes[0].Graph())
 			}
 			x, cot, w, b := nodes[0], nodes[1], nodes[2], nodes[3]
 			y := graph.Add(graph.Dot(policy.CastToCompute(x), policy.CastToCompute(w)),

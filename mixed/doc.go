@@ -31,5 +31,7 @@
 // a backend that does not fuse (GoMLX's embedded one).
 //
 // Gradients of broadcasts (bias and LayerNorm gain gradients) are summed in float32 by the gradient
-// rules that graph.NewBackend installs; this package relies on them.
+// rules that package vjp installs when it is imported; this package imports it and relies on them.
 package mixed
+
+import _ "github.com/onegpu/onegpu/vjp" // onegpu's gradient rules, installed at import

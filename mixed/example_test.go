@@ -7,8 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 )
 
 func ExampleParsePolicy() {
@@ -28,7 +28,7 @@ func ExampleParsePolicy() {
 }
 
 func ExamplePolicy_CastToCompute() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}

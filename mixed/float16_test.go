@@ -9,10 +9,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestFloat16OnEmbeddedBackend: float16 compute is a clear error on the embedded backend, both from
@@ -60,7 +60,7 @@ func TestFloat16OnEmbeddedBackend(t *testing.T) {
 // TestFloat16OnXLA trains the tutorial MLP with float32 parameters, float16 compute and a dynamic
 // loss scale on XLA. It needs a PJRT plugin: set ONEGPU_PJRT_PLUGIN=/abs/path/plugin.so.
 func TestFloat16OnXLA(t *testing.T) {
-	backend, err := ograph.NewBackend("xla:" + testkit.XLAPlugin(t))
+	backend, err := platform.NewBackend("xla:" + testkit.XLAPlugin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

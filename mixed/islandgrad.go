@@ -3,7 +3,7 @@ package mixed
 import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // Island gradients. Differentiating an island op by op would keep its float32 intermediates (the
@@ -32,7 +32,7 @@ func withGradient(x, value *graph.Node, grad func(out, v *graph.Node) *graph.Nod
 		}
 		return dx
 	})
-	tie := ograph.ZeroTiedTo(entry, value.DType())
+	tie := exact.ZeroTiedTo(entry, value.DType())
 	sum := graph.Add(graph.StopGradient(value), tie)
 	return graph.IdentityWithCustomGradient(sum, func(out, v *graph.Node) *graph.Node {
 		dx = graph.ConvertDType(grad(out, v), x.DType())

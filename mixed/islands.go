@@ -6,7 +6,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // Float32 islands: reductions and normalizations that lose too much in 16 bits run in float32
@@ -19,10 +20,10 @@ import (
 // conversions, so they reach the input in its own dtype.
 
 // wide returns the dtype an island computes x in: float64 for float64, float32 otherwise.
-func wide(x *graph.Node) dtypes.DType { return ograph.WideDType(x.DType()) }
+func wide(x *graph.Node) dtypes.DType { return exact.WideDType(x.DType()) }
 
 // panicf panics with an error, the way GoMLX's graph-building functions report misuse.
-var panicf = ograph.Panicf
+var panicf = panics.Panicf
 
 // widen converts x to the dtype its island computes in. It panics on non-float input.
 func widen(x *graph.Node, fn string) *graph.Node {

@@ -12,7 +12,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/audit"
 	"github.com/onegpu/onegpu/internal/tutorialmlp"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -126,7 +127,7 @@ func TestMixedMLPTrainsLikeFloat32(t *testing.T) {
 
 // TestAuditMixedMLPTrainStep: the whole mixed-precision train step of the tutorial MLP (forward,
 // backward, loss scaling, finiteness check, Adam, atomic skip) has no 16-bit reduction according
-// to graph/'s dtype audit; a loss averaged naively in bfloat16 is reported.
+// to the dtype audit (package audit); a loss averaged naively in bfloat16 is reported.
 func TestAuditMixedMLPTrainStep(t *testing.T) {
 	policy := mixed.Policy{Param: f32, Compute: bf16, Output: f32}
 	for _, naive := range []bool{false, true} {
@@ -152,8 +153,8 @@ func TestAuditMixedMLPTrainStep(t *testing.T) {
 					outputs = append(outputs, v.ValueGraph(g))
 				}
 			}
-			findings := ograph.Audit(g, outputs)
-			n := ograph.CountFindings(findings, ograph.Reduction16)
+			findings := audit.Graph(g, outputs)
+			n := audit.CountFindings(findings, audit.Reduction16)
 			t.Logf("%s naive=%v: %d findings, %d 16-bit reductions, %d outputs", model.name, naive, len(findings), n, len(outputs))
 			for _, f := range findings {
 				t.Logf("  %s", f)
@@ -176,7 +177,7 @@ func tutorialmlpLabelsDType() dtypes.DType {
 	return y.DType()
 }
 
-// TestIslandsHalveActivations: in graph/'s simulation of the embedded backend, the activations
+// TestIslandsHalveActivations: in the memory analysis's simulation of the embedded backend, the activations
 // alive at the peak of the tutorial MLP's train step written with this package's islands, with
 // the batch handed over in the compute dtype, are at most 0.55 of float32's with bfloat16
 // compute: the islands' gradients keep no float32 copy of an activation. (Deterministic: nothing
@@ -192,7 +193,7 @@ func TestIslandsHalveActivations(t *testing.T) {
 			shapes.Make(labelsDType, tutorialmlp.Batch),
 		}
 		opt := withLossScale(optimizers.Adam().Done(), mixed.NewDynamicLossScale())
-		p, err := ograph.ContextProgram(embedded(), context.New(), "islands_mlp", inputs,
+		p, err := analysis.ContextProgram(embedded(), context.New(), "islands_mlp", inputs,
 			func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 				loss := islandsMLPLoss(ctx, policy, in[0], in[1])
 				opt.UpdateGraph(ctx, loss.Graph(), loss)
@@ -202,13 +203,13 @@ func TestIslandsHalveActivations(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Graph.Finalize()
-		m := ograph.Analyze(p)
+		m := analysis.Analyze(p)
 		for _, tensor := range m.AtPeak {
-			if tensor.Kind == ograph.Activations && tensor.Node.DType() == f32 && policy.Compute != f32 {
+			if tensor.Kind == analysis.Activations && tensor.Node.DType() == f32 && policy.Compute != f32 {
 				t.Errorf("%s: float32 activation %s %s alive at the peak", spec, tensor.Label(), tensor.Node.Shape())
 			}
 		}
-		return m.Breakdown[ograph.Activations]
+		return m.Breakdown[analysis.Activations]
 	}
 	full, half := activations("float32"), activations("p=f32,c=bf16,o=f32")
 	ratio := float64(half) / float64(full)

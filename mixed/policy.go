@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // Policy says in which dtype a model keeps its parameters, computes, and returns its outputs.
@@ -153,14 +153,14 @@ func (p *Policy) UnmarshalText(text []byte) error {
 // out of its Capabilities().DTypes although XLA computes it (verified with the CPU PJRT plugin), so
 // float16 is accepted on any backend named "xla".
 func computes(backend backends.Backend, dtype dtypes.DType) bool {
-	return backend.Capabilities().DTypes[dtype] || (dtype == dtypes.Float16 && backend.Name() == ograph.XLABackendName)
+	return backend.Capabilities().DTypes[dtype] || (dtype == dtypes.Float16 && backend.Name() == platform.XLABackendName)
 }
 
 // Validate reports whether each of the policy's dtypes is one of float32, bfloat16, float16 and
 // float64, and, when backend is not nil, whether the backend can compute it.
 //
 // Use it before building a graph: GoMLX v0.26.0's embedded backend has no float16 at all, and a
-// clear error here beats a failure in the middle of graph building. onegpu's graph.NewBackend also
+// clear error here beats a failure in the middle of graph building. onegpu's platform.NewBackend also
 // refuses float16 while a graph is built, so an unchecked policy still fails before execution.
 func (p Policy) Validate(backend backends.Backend) error {
 	for _, f := range []struct {

@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/audit"
 )
 
 // policyParam is the context hyperparameter that holds a scope's Policy.
@@ -77,23 +77,23 @@ func policyFromParam(value any) (Policy, error) {
 // the policy set on its scope (see SetPolicy): a parameter created by a layer that ignores the
 // policy (GoMLX's own layers create them in their input's dtype, so a bfloat16 input makes bfloat16
 // parameters) is updated in 16 bits and loses small updates.
-func AuditVariables(ctx *context.Context) []ograph.Finding {
-	return ograph.AuditVariables(ctx, func(v *context.Variable) dtypes.DType {
+func AuditVariables(ctx *context.Context) []audit.Finding {
+	return audit.Variables(ctx, func(v *context.Variable) dtypes.DType {
 		return PolicyOf(ctx.InAbsPath(v.Scope())).Param
 	})
 }
 
-// Audit is graph.Audit (16-bit reductions, uncast float32 weights, float32 detours) with the
+// Audit is audit.Graph (16-bit reductions, uncast float32 weights, float32 detours) with the
 // check that needs the policies set on ctx: matmuls that multiply a variable in a dtype other
 // than the compute dtype of its scope's policy (graph.ComputeDType), which is what a layer that
 // ignores the policy does: GoMLX's own layers.Dense on a float32 input computes in float32 under
 // a bfloat16 policy, silently. ctx is the context the graph was built from.
 //
 //	p, _ := trainer.Program()
-//	for _, g := range ograph.GroupFindings(mixed.Audit(ctx, p.Graph, p.Outputs)) { fmt.Println(g) }
-func Audit(ctx *context.Context, g *graph.Graph, outputs []*graph.Node) []ograph.Finding {
-	findings := ograph.Audit(g, outputs)
-	return append(findings, ograph.AuditComputeDTypes(g, outputs, func(scope string) dtypes.DType {
+//	for _, g := range audit.GroupFindings(mixed.Audit(ctx, p.Graph, p.Outputs)) { fmt.Println(g) }
+func Audit(ctx *context.Context, g *graph.Graph, outputs []*graph.Node) []audit.Finding {
+	findings := audit.Graph(g, outputs)
+	return append(findings, audit.ComputeDTypes(g, outputs, func(scope string) dtypes.DType {
 		return PolicyOf(ctx.InAbsPath(scope)).Compute
 	})...)
 }

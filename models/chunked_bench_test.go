@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -36,7 +36,7 @@ var (
 //	    -args -models.seqs 2048,8192 -models.attention 'plain;chunked=1024;chunked=2048;chunked=512x1000000'
 //
 // Metrics: xla-GiB, XLA's temporaries (all but the arguments: weights and data); est-GiB, onegpu's
-// estimate (graph.Analyze, sequential order); nodes; compile-s and compile-cpu-s.
+// estimate (analysis.Analyze, sequential order); nodes; compile-s and compile-cpu-s.
 func BenchmarkLlamaLongSequence(b *testing.B) {
 	xla := testkit.RequireXLA(b)
 	config, err := models.LlamaPreset(*longPreset)
@@ -68,7 +68,7 @@ func BenchmarkLlamaLongSequence(b *testing.B) {
 			b.Run(fmt.Sprintf("seq=%d/attention=%s/cross-entropy=%s", seq, attention, loss), func(b *testing.B) {
 				for b.Loop() {
 					in := []shapes.Shape{shapes.Make(dtypes.Int32, 1, seq), shapes.Make(dtypes.Int32, 1, seq)}
-					p, err := ograph.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+					p, err := analysis.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 						mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
 						remat.SetBlocks(ctx, remat.Config{}, "block")
 						layers.SetAttention(ctx, attention)

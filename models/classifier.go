@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 )
@@ -29,7 +29,7 @@ func (c ClassifierConfig) Validate() error {
 		return fmt.Errorf("classifier config: Classes = %d must be at least 2", c.Classes)
 	case !(c.Dropout >= 0 && c.Dropout < 1): // NaN too
 		return fmt.Errorf("classifier config: Dropout = %g must be in [0, 1)", c.Dropout)
-	case float64(c.Inputs)*float64(c.Hidden)+float64(c.Hidden)*float64(c.Classes) > ograph.MaxTensorElements:
+	case float64(c.Inputs)*float64(c.Hidden)+float64(c.Hidden)*float64(c.Classes) > analysis.MaxTensorElements:
 		return fmt.Errorf("classifier config: %d inputs, %d hidden and %d classes make more parameters than onegpu counts (2^46)", c.Inputs, c.Hidden, c.Classes)
 	}
 	return nil
@@ -87,10 +87,10 @@ func (Classifier) CountUnit() string { return "examples" }
 // Validate returns the config's error, if any.
 func (m Classifier) Validate() error { return m.Config.Validate() }
 
-// ValidateBatch refuses a batch with more values than onegpu counts (ograph.MaxTensorElements).
+// ValidateBatch refuses a batch with more values than onegpu counts (analysis.MaxTensorElements).
 func (m Classifier) ValidateBatch(batch, _ int) error {
 	c := m.Config
-	if width := max(c.Inputs, c.Hidden, c.Classes); float64(batch)*float64(width) > ograph.MaxTensorElements {
+	if width := max(c.Inputs, c.Hidden, c.Classes); float64(batch)*float64(width) > analysis.MaxTensorElements {
 		return fmt.Errorf("a batch of %d examples of width %d is more values than onegpu counts (2^46): choose a smaller batch", batch, width)
 	}
 	return nil

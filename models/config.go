@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // GPTConfig is the shape of the tutorial's GPT: its sizes and dropout rate, nothing of how a run
@@ -51,7 +51,7 @@ func (c GPTConfig) Validate() error {
 }
 
 // ValidateBatch returns an error when a batch of batch sequences, split into micro-batches of
-// microBatch sequences, holds a tensor with more values than onegpu counts (ograph.MaxTensorElements):
+// microBatch sequences, holds a tensor with more values than onegpu counts (analysis.MaxTensorElements):
 // sizes that are typos, not models.
 func (c GPTConfig) ValidateBatch(batch, microBatch int) error {
 	micro := float64(microBatch)
@@ -70,10 +70,10 @@ type tensorSize struct {
 	elements float64
 }
 
-// checkSizes returns an error, prefixed with model, naming the first size past ograph.MaxTensorElements.
+// checkSizes returns an error, prefixed with model, naming the first size past analysis.MaxTensorElements.
 func checkSizes(model string, sizes []tensorSize) error {
 	for _, size := range sizes {
-		if size.elements > ograph.MaxTensorElements {
+		if size.elements > analysis.MaxTensorElements {
 			return fmt.Errorf("%s: %s would be %.3g values, more than onegpu counts (2^46): choose smaller sizes", model, size.what, size.elements)
 		}
 	}
@@ -81,7 +81,7 @@ func checkSizes(model string, sizes []tensorSize) error {
 }
 
 // Params returns the number of parameters of the GPT, counted from the config. It is exact for
-// configs Validate accepts (their count is below ograph.MaxTensorElements).
+// configs Validate accepts (their count is below analysis.MaxTensorElements).
 func (c GPTConfig) Params() int64 { return paramCount[int64](c) }
 
 // paramCount counts the parameters in T: int64 for the exact count, float64 to see whether the

@@ -13,7 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -27,7 +27,7 @@ func initialWeights(t *testing.T, backend backends.Backend, seed int64, input sh
 	t.Helper()
 	ctx := context.New()
 	ctx.SetParam(layers.ParamSeed, seed)
-	p, err := ograph.ContextProgram(backend, ctx, "initialize", []shapes.Shape{input}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	p, err := analysis.ContextProgram(backend, ctx, "initialize", []shapes.Shape{input}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		return []*graph.Node{forward(ctx, in[0])}
 	})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
@@ -134,7 +134,7 @@ func (m Llama) decoderLayer(ctx *context.Context, x *graph.Node, attend func(ctx
 // Vocab] logits exist at once.
 func (m Llama) CrossEntropy(ctx *context.Context, tokens, labels, mask *graph.Node) (sum, count *graph.Node) {
 	hidden := m.Hidden(ctx, tokens)
-	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
+	defer analysis.Section(hidden.Graph(), "loss")() // for the memory timeline
 	if chunk := layers.CrossEntropyOf(ctx).Chunk; chunk > 0 {
 		return layers.ChunkedCrossEntropySum(hidden, m.head(ctx, hidden.Graph()), labels, mask, chunk)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/layers"
 )
 
@@ -43,7 +43,7 @@ func (m Llama) BlockStage(ctx *context.Context, x *graph.Node, batch []*graph.No
 // layers.CrossEntropyOf(ctx) says).
 func (m Llama) HeadStage(ctx *context.Context, x *graph.Node, batch []*graph.Node) (accum.Mean, []accum.Mean) {
 	hidden := m.finalNorm(ctx, x)
-	defer ograph.Section(hidden.Graph(), "loss")() // for the memory timeline
+	defer analysis.Section(hidden.Graph(), "loss")() // for the memory timeline
 	chunk, weights := layers.CrossEntropyOf(ctx).Chunk, lossWeights(batch, m.Packed)
 	if chunk == 0 {
 		return classification(m.Head(ctx, hidden), batch[1], weights)

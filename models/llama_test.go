@@ -17,7 +17,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/plainllama"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
@@ -259,11 +259,11 @@ func TestLlamaRematKinds(t *testing.T) {
 		if name == "" {
 			name = "none"
 		}
-		p, err := ograph.ContextProgram(testkit.Embedded(), context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
+		p, err := analysis.ContextProgram(testkit.Embedded(), context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		activations[name] = ograph.Analyze(p).Breakdown[ograph.Activations]
+		activations[name] = analysis.Analyze(p).Breakdown[analysis.Activations]
 		p.Graph.Finalize()
 		loss, grads := runLlamaStep(t, testkit.Embedded(), m, mixed.Float32, k, tokens, labels)
 		if k == nil {
@@ -289,11 +289,11 @@ func TestLlamaRematKinds(t *testing.T) {
 	}
 	temporaries := map[string]int64{}
 	for _, k := range [][]string{nil, {"block"}} {
-		p, err := ograph.ContextProgram(xla, context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
+		p, err := analysis.ContextProgram(xla, context.New(), "llama", inputs, llamaStep(m, mixed.Float32, k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		compiled, err := ograph.CompileProgram(p)
+		compiled, err := analysis.CompileProgram(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +355,7 @@ func TestLlamaMicroBatchesOnXLA(t *testing.T) {
 	temporaries := map[int]int64{}
 	for _, k := range []int{1, 4} {
 		in := []shapes.Shape{shapes.Make(dtypes.Int32, batch, config.SeqLen), shapes.Make(dtypes.Int32, batch, config.SeqLen)}
-		p, err := ograph.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		p, err := analysis.ContextProgram(xla, context.New(), "llama", in, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			mixed.SetPolicy(ctx, mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32})
 			remat.SetBlocks(ctx, remat.With(remat.NothingSaveable), "attn", "mlp")
 			r := accum.Gradients(ctx, k, in, func(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
@@ -367,7 +367,7 @@ func TestLlamaMicroBatchesOnXLA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		compiled, err := ograph.CompileProgram(p)
+		compiled, err := analysis.CompileProgram(p)
 		p.Graph.Finalize()
 		if err != nil {
 			t.Fatal(err)

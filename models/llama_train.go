@@ -62,7 +62,7 @@ func (m Llama) WithSeq(seq int) (Llama, error) {
 }
 
 // ValidateBatch returns an error when a batch of batch sequences, split into micro-batches of
-// microBatch sequences, holds a tensor with more values than onegpu counts (ograph.MaxTensorElements).
+// microBatch sequences, holds a tensor with more values than onegpu counts (analysis.MaxTensorElements).
 func (m Llama) ValidateBatch(batch, microBatch int) error {
 	c, micro := m.Config, float64(microBatch)
 	return checkSizes("Llama config", []tensorSize{

@@ -11,7 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/remat"
@@ -32,9 +33,9 @@ type tieCase struct {
 // tieCases lists every model and block kind. A new model's test file adds its rows in an init
 // function (tieCases = append(tieCases, ...)), so that its blocks are held to the same census.
 var tieCases = []tieCase{
-	gptTieCase("GPT MLP", remat.Spec{MLP: true}, 1),             // the input projection
-	gptTieCase("GPT attention", remat.Spec{Attention: true}, 3), // QKV, scores, weighted values
-	gptTieCase("GPT block", remat.Spec{Block: true}, 5),         // the MLP's two, then the attention's three
+	gptTieCase("GPT MLP", blocks.Spec{MLP: true}, 1),             // the input projection
+	gptTieCase("GPT attention", blocks.Spec{Attention: true}, 3), // QKV, scores, weighted values
+	gptTieCase("GPT block", blocks.Spec{Block: true}, 5),         // the MLP's two, then the attention's three
 	classifierTieCase(), // both layers: the log-softmax's gradient needs the logits
 }
 
@@ -48,7 +49,7 @@ func tieGPT() models.GPTConfig {
 
 const tieBatch = 2
 
-func gptTieCase(name string, spec remat.Spec, perLayer int) tieCase {
+func gptTieCase(name string, spec blocks.Spec, perLayer int) tieCase {
 	c := tieGPT()
 	tokens := shapes.Make(dtypes.Int32, tieBatch, c.SeqLen)
 	return tieCase{name: name, inputs: []shapes.Shape{tokens, tokens}, recomputed: perLayer * c.Layers,
@@ -105,7 +106,7 @@ func TestRematTiesOnXLA(t *testing.T) {
 			var temporary [2]int64
 			for i, rematerialized := range []bool{false, true} {
 				name := fmt.Sprintf("%s%s_remat_%v", testkit.CensusPrefix, strings.ReplaceAll(strings.ToLower(c.name), " ", "_"), rematerialized)
-				p, err := ograph.ContextProgram(backend, context.New(), name, c.inputs, gradientStep(c, rematerialized))
+				p, err := analysis.ContextProgram(backend, context.New(), name, c.inputs, gradientStep(c, rematerialized))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -139,7 +140,7 @@ func gradientStep(c tieCase, rematerialized bool) func(ctx *context.Context, in 
 }
 
 // countOps counts the census's instructions of an opcode, whatever their types.
-func countOps(c ograph.HLOCensus, opcode string) int {
+func countOps(c analysis.HLOCensus, opcode string) int {
 	n := 0
 	for k, v := range c.Ops {
 		if strings.HasPrefix(k, opcode+" ") {
@@ -150,7 +151,7 @@ func countOps(c ograph.HLOCensus, opcode string) int {
 }
 
 // opsOf lists the census's keys of an opcode with their counts, for the log.
-func opsOf(c ograph.HLOCensus, opcode string) string {
+func opsOf(c analysis.HLOCensus, opcode string) string {
 	var parts []string
 	for k, v := range c.Ops {
 		if strings.HasPrefix(k, opcode+" ") {

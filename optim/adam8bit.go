@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 )
 
 const (
@@ -122,7 +122,7 @@ func (o *Adam8bitOptimizer) UpdateGraph(ctx *context.Context, _ *graph.Graph, lo
 // whatever lossDType is.
 //
 // The update is GoMLX Adam's formula computed so that every backend rounds it the same way
-// (ograph.ProductSum, ograph.PowInt): the moments' moving averages in float64 from float32 values
+// (exact.ProductSum, exact.PowInt): the moments' moving averages in float64 from float32 values
 // (exact products, one rounding), the debiasing powers by squaring, the step divided in float64,
 // and the codes checked against exact thresholds (quantize.go). So the embedded backend and XLA
 // give the same moments, codes and parameters bit for bit for the same gradients and learning
@@ -141,8 +141,8 @@ func (o *Adam8bitOptimizer) UpdateGraphWithGradients(ctx *context.Context, grads
 		// The betas as float32 values, so that their products with float32 moments are exact.
 		beta1:   graph.Scalar(g, f32, c.beta1),
 		beta2:   graph.Scalar(g, f32, c.beta2),
-		debias1: graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta1)), count))),
-		debias2: graph.Reciprocal(graph.Sub(one, ograph.PowInt(float64(float32(c.beta2)), count))),
+		debias1: graph.Reciprocal(graph.Sub(one, exact.PowInt(float64(float32(c.beta1)), count))),
+		debias2: graph.Reciprocal(graph.Sub(one, exact.PowInt(float64(float32(c.beta2)), count))),
 		epsilon: graph.Scalar(g, f64, float64(float32(c.epsilon))),
 	}
 	eachTrainable(ctx, g, grads, "optim.Adam8bit", func(v *context.Variable, grad *graph.Node) {
@@ -167,13 +167,13 @@ type adamStep struct {
 	learningRate, beta1, beta2, debias1, debias2, epsilon *graph.Node
 }
 
-// apply returns the new moments (float64: they stay so until stored, see ograph.ProductSum) and
+// apply returns the new moments (float64: they stay so until stored, see exact.ProductSum) and
 // the updated value (in value's dtype) for the moments m and s (float32), the gradient (float32)
 // and the value, all of one shape.
 func (k adamStep) apply(m, s, grad, value *graph.Node) (mNew, sNew, updated *graph.Node) {
 	f32, f64 := dtypes.Float32, dtypes.Float64
-	mNew = ograph.ProductSum(k.beta1, m, graph.OneMinus(k.beta1), grad)
-	sNew = ograph.ProductSum(k.beta2, s, graph.OneMinus(k.beta2), graph.Square(grad))
+	mNew = exact.ProductSum(k.beta1, m, graph.OneMinus(k.beta1), grad)
+	sNew = exact.ProductSum(k.beta2, s, graph.OneMinus(k.beta2), graph.Square(grad))
 	denominator := graph.Add(graph.Sqrt(graph.Mul(sNew, k.debias2)), k.epsilon)
 	update := graph.Div(graph.Mul(k.learningRate, graph.Mul(mNew, k.debias1)), denominator)
 	wide := graph.Sub(graph.ConvertDType(graph.ConvertDType(value, f32), f64), update)
@@ -183,7 +183,7 @@ func (k adamStep) apply(m, s, grad, value *graph.Node) (mNew, sNew, updated *gra
 // updateQuantized updates a variable with 8-bit moments m and s, block by block, and returns its
 // new value. Blocks are independent (each has its own scales), so a tensor of more blocks than
 // a chunk holds is updated one chunk of blocks after another, each chunk tied to the previous
-// one's scales by an exact -0.0 (ograph.NegativeZeroFrom): the embedded backend, which keeps every
+// one's scales by an exact -0.0 (exact.NegativeZeroFrom): the embedded backend, which keeps every
 // intermediate of an element-wise chain, then holds one chunk's float64 intermediates at a time
 // instead of the whole tensor's (four float32 or float64 copies of a 128256×2048 embedding are
 // 1-2 GiB each), and XLA cannot run the chunks side by side. The values are those of one chunk.
@@ -218,7 +218,7 @@ func (o *Adam8bitOptimizer) updateQuantized(k adamStep, m, s *moment, grad, valu
 		for i, part := range []*graph.Node{mc, ms, sc, ss, updated} {
 			parts[i] = append(parts[i], part)
 		}
-		tie = ograph.NegativeZeroFrom(graph.ReduceAllMax(graph.Add(ms, ss)))
+		tie = exact.NegativeZeroFrom(graph.ReduceAllMax(graph.Add(ms, ss)))
 	}
 	whole := func(i int) *graph.Node {
 		if len(parts[i]) == 1 {

@@ -8,20 +8,20 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 )
 
 // hugeUpdate builds (without running) Adam8bit's update of one float32 variable [rows, 2048] from
 // a gradient input, on the embedded backend or XLA.
-func hugeUpdate(t *testing.T, xla bool, rows int, opt *Adam8bitOptimizer) *ograph.Program {
+func hugeUpdate(t *testing.T, xla bool, rows int, opt *Adam8bitOptimizer) *analysis.Program {
 	t.Helper()
 	backend := testkit.Embedded()
 	if xla {
 		backend = testkit.RequireXLA(t)
 	}
 	shape := shapes.Make(dtypes.Float32, rows, 2048)
-	p, err := ograph.ContextProgram(backend, context.New(), "update", []shapes.Shape{shape}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	p, err := analysis.ContextProgram(backend, context.New(), "update", []shapes.Shape{shape}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		ctx.In("embed").VariableWithShape("table", shape).ValueGraph(in[0].Graph())
 		opt.UpdateGraphWithGradients(ctx, in, dtypes.Float32)
 		return nil
@@ -42,8 +42,8 @@ func hugeUpdate(t *testing.T, xla bool, rows int, opt *Adam8bitOptimizer) *ograp
 func TestHugeTensorUpdateIsChunked(t *testing.T) {
 	const rows = 32768
 	table := int64(rows * 2048 * 4)
-	chunked := ograph.Analyze(hugeUpdate(t, false, rows, Adam8bit().Done()))
-	whole := ograph.Analyze(hugeUpdate(t, false, rows, Adam8bit().ChunkSize(0).Done()))
+	chunked := analysis.Analyze(hugeUpdate(t, false, rows, Adam8bit().Done()))
+	whole := analysis.Analyze(hugeUpdate(t, false, rows, Adam8bit().ChunkSize(0).Done()))
 	limit := table + table/2 + 16*(DefaultChunkSize*8)
 	t.Logf("temporaries: chunked %.0f MiB, at once %.0f MiB (limit %.0f MiB)", mib(chunked.PeakTempBytes), mib(whole.PeakTempBytes), mib(limit))
 	if chunked.PeakTempBytes > limit {
@@ -54,8 +54,8 @@ func TestHugeTensorUpdateIsChunked(t *testing.T) {
 		return
 	}
 	p := hugeUpdate(t, true, rows, Adam8bit().Done())
-	estimate := ograph.Analyze(p)
-	compiled, err := ograph.CompileProgram(p)
+	estimate := analysis.Analyze(p)
+	compiled, err := analysis.CompileProgram(p)
 	if err != nil {
 		t.Fatal(err)
 	}

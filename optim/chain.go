@@ -10,8 +10,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // Update is what a Transform sees of one step: the gradients flowing down the chain and what they
@@ -168,7 +169,7 @@ func (c *Chain) Gradients(ctx *context.Context, inputs []*graph.Node, lossFn acc
 	return accum.Gradients(ctx, c.microBatches, inputs, lossFn)
 }
 
-// StepFn returns a train step for context.NewExec and graph.ContextProgram that calls Step and
+// StepFn returns a train step for context.NewExec and analysis.ContextProgram that calls Step and
 // returns the loss followed by the metrics.
 func (c *Chain) StepFn(lossFn accum.LossFn) accum.StepFn {
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
@@ -222,7 +223,7 @@ func (c *Chain) ApplyGradients(ctx *context.Context, g *graph.Graph, grads []*gr
 }
 
 func (c *Chain) run(u Update) {
-	defer ograph.Section(u.Graph, "optimizer")() // for the memory timeline
+	defer analysis.Section(u.Graph, "optimizer")() // for the memory timeline
 	if u.LossDType != dtypes.Float64 {
 		u.LossDType = dtypes.Float32
 	}
@@ -259,7 +260,7 @@ func (c *Chain) Clear(ctx *context.Context) error {
 var _ optimizers.Interface = (*Chain)(nil)
 
 // wideDType is the dtype gradients are processed in: float64 stays, everything else is float32.
-var wideDType = ograph.WideDType
+var wideDType = exact.WideDType
 
 // panicf panics with an error, the way GoMLX's graph-building functions report misuse.
-var panicf = ograph.Panicf
+var panicf = panics.Panicf

@@ -7,13 +7,13 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // MultiSteps applies Adam once every 3 calls: the global step advances once per window.
 func ExampleMultiSteps() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}

@@ -329,7 +329,7 @@ func init() {
 	}
 }
 
-// powInt is ograph.PowInt's value: base^n by the same multiplications.
+// powInt is exact.PowInt's value: base^n by the same multiplications.
 func powInt(base float64, n int64) float64 {
 	n = max(n, 0)
 	result, power := 1.0, base

@@ -14,7 +14,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/internal/testkit"
 )
 
@@ -127,7 +128,7 @@ func flatSteps(t *testing.T, opt FlatOptimizer, grads [][]*tensors.Tensor, scali
 		vars = append(vars, v)
 		inputs = append(inputs, v.Shape())
 	}
-	p, err := ograph.ContextProgram(backend, ctx, "state", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	p, err := analysis.ContextProgram(backend, ctx, "state", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		for _, v := range vars {
 			v.ValueGraph(in[0].Graph())
 		}
@@ -301,12 +302,12 @@ func TestFlatAdamIsFloat64Adam(t *testing.T) {
 	}
 }
 
-// TestPowIntValue: powInt computes ograph.PowInt's values (the debiasing of 8-bit Adam) bit for
+// TestPowIntValue: powInt computes exact.PowInt's values (the debiasing of 8-bit Adam) bit for
 // bit, for counts up to past the underflow of 0.9^(2^k).
 func TestPowIntValue(t *testing.T) {
 	counts := []int64{0, 1, 2, 3, 7, 100, 1234, 1 << 20, 1<<40 + 5}
 	want := testkit.Run(t, testkit.Embedded(), func(in []*graph.Node) []*graph.Node {
-		return []*graph.Node{ograph.PowInt(float64(float32(0.9)), in[0]), ograph.PowInt(float64(float32(0.999)), in[0])}
+		return []*graph.Node{exact.PowInt(float64(float32(0.9)), in[0]), exact.PowInt(float64(float32(0.999)), in[0])}
 	}, tensors.FromValue(counts))
 	for j, base := range []float64{float64(float32(0.9)), float64(float32(0.999))} {
 		for i, n := range counts {

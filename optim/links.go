@@ -10,7 +10,7 @@ import (
 	gomlxtrain "github.com/gomlx/gomlx/pkg/ml/train"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // GradientsOptimizer is an optimizer that applies gradients computed elsewhere, as GoMLX's Adam,
@@ -62,7 +62,7 @@ func countUpdate(ctx *context.Context, g *graph.Graph, scope string, lr float64)
 func eachTrainable(ctx *context.Context, g *graph.Graph, grads []*graph.Node, name string, update func(v *context.Variable, grad *graph.Node)) {
 	i := 0
 	for v := range ctx.IterVariables() {
-		if ograph.VariableRole(ctx, v) != ograph.RoleTrainable || !v.InUseByGraph(g) {
+		if analysis.VariableRole(ctx, v) != analysis.RoleTrainable || !v.InUseByGraph(g) {
 			continue
 		}
 		if i >= len(grads) {

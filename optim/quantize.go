@@ -5,7 +5,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // Block-wise 8-bit codes for optimizer moments (Dettmers et al. 2021, "8-bit Optimizers via
@@ -27,7 +27,7 @@ import (
 // m/scale, then checked against the two thresholds around the estimate, which are products only:
 // XLA turns a division by a block's scale into a multiplication by its reciprocal, the embedded
 // backend divides, and GPUs divide float32 approximately, so an estimate can differ by one near a
-// boundary, but the thresholds are the same bits everywhere (see ograph.ProductSum): every backend
+// boundary, but the thresholds are the same bits everywhere (see exact.ProductSum): every backend
 // stores the same codes for the same moments.
 
 const (
@@ -80,7 +80,7 @@ func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node
 	if power == 4 {
 		root = graph.Sqrt(root)
 	}
-	estimate := graph.Min(ograph.RoundHalfUp(graph.MulScalar(root, levels)), graph.Scalar(g, f32, levels))
+	estimate := graph.Min(exact.RoundHalfUp(graph.MulScalar(root, levels)), graph.Scalar(g, f32, levels))
 	// threshold(k) = scale·((k-½)/L)^power: the smallest magnitude with code >= k.
 	threshold := func(k *graph.Node) *graph.Node {
 		u := graph.Square(graph.MulScalar(graph.AddScalar(k, -0.5), 1/float64(levels)))
@@ -99,7 +99,7 @@ func nearestCodes(magnitudes, scales *graph.Node, levels, power int) *graph.Node
 
 // quantizeSigned encodes blocks [numBlocks, blockSize] as int8 codes and float32 per-block
 // scales. Float64 blocks (the update's moments) are rounded to float32 first and never widened
-// again (see ograph.ProductSum on excess precision).
+// again (see exact.ProductSum on excess precision).
 func quantizeSigned(blocks *graph.Node) (codes, scales *graph.Node) {
 	blocks = graph.ConvertDType(blocks, dtypes.Float32)
 	scales = blockScales(blocks)

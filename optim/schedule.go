@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // Schedule is the learning rate as a function of the step, optax's schedules' counterpart: step
@@ -121,8 +121,8 @@ func (s WarmupExponentialDecaySchedule) At(step int) float64 {
 // Rate computes optax's formulas (linear_schedule's interpolation from the peak,
 // exponential_decay's power) with operations that round the same on every backend, so that the
 // embedded backend (the optimizer offload's host) and XLA set the same float32 rate: the
-// interpolation as a float64 sum of exact products (ograph.ProductSum), the power by squaring
-// (ograph.PowInt; with TransitionSteps > 1, of rate^(1/TransitionSteps) computed here). Backends'
+// interpolation as a float64 sum of exact products (exact.ProductSum), the power by squaring
+// (exact.PowInt; with TransitionSteps > 1, of rate^(1/TransitionSteps) computed here). Backends'
 // Pow differ in the last bit (0.99^n for 13% of n), and XLA fuses multiply-adds.
 func (s WarmupExponentialDecaySchedule) Rate(step *graph.Node) *graph.Node {
 	return afterWarmup(step, s.Init, s.Peak, s.WarmupSteps, func() *graph.Node {
@@ -133,7 +133,7 @@ func (s WarmupExponentialDecaySchedule) Rate(step *graph.Node) *graph.Node {
 			base = math.Pow(base, 1/float64(s.TransitionSteps))
 		}
 		updates := graph.ConvertDType(graph.AddScalar(step, -float64(s.WarmupSteps)), dtypes.Int64)
-		return graph.ConvertDType(graph.MulScalar(ograph.PowInt(base, updates), float64(float32(s.Peak))), dtypes.Float32)
+		return graph.ConvertDType(graph.MulScalar(exact.PowInt(base, updates), float64(float32(s.Peak))), dtypes.Float32)
 	})
 }
 
@@ -213,7 +213,7 @@ func afterWarmup(step *graph.Node, init, peak float64, warmup int, decayed func(
 	// exact float32 products, rounded once: the same bits with or without a fused multiply-add.
 	g, f32 := step.Graph(), dtypes.Float32
 	frac := graph.MulScalar(graph.Sub(graph.Scalar(g, f32, float64(warmup)), step), 1/float64(max(warmup, 1)))
-	warm := graph.ConvertDType(ograph.ProductSum(frac, graph.Scalar(g, f32, init-peak), graph.ScalarOne(g, f32), graph.Scalar(g, f32, peak)), f32)
+	warm := graph.ConvertDType(exact.ProductSum(frac, graph.Scalar(g, f32, init-peak), graph.ScalarOne(g, f32), graph.Scalar(g, f32, peak)), f32)
 	after := decayed()
 	return graph.Where(graph.LessThan(step, graph.Scalar(g, f32, float64(warmup))), warm, after)
 }

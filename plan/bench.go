@@ -9,8 +9,8 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/train"
 )
@@ -98,7 +98,7 @@ func measure(backend backends.Backend, configs []benchRow, opts BenchOptions) []
 			if row.Attention != "" {
 				name = fmt.Sprintf("attention %-16s cross-entropy %-12s", row.Attention, row.CrossEntropy)
 			}
-			fmt.Fprintf(opts.Progress, "  %s  estimated peak %10s  %s\n", name, ograph.FormatBytes(row.PeakBytes), row.summary())
+			fmt.Fprintf(opts.Progress, "  %s  estimated peak %10s  %s\n", name, analysis.FormatBytes(row.PeakBytes), row.summary())
 		}
 		rows = append(rows, row)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -106,7 +106,7 @@ func SearchDevices(backend backends.Backend, base train.Config, budget int64, ra
 // perDevice is one device's share of an estimated step's peak.
 func perDevice(e Estimate, d train.Devices) int64 {
 	var total float64
-	for _, k := range ograph.Kinds() {
+	for _, k := range analysis.Kinds() {
 		total += float64(e.Breakdown[k]) * d.Share(k)
 	}
 	return int64(total)

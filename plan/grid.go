@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
@@ -76,15 +76,15 @@ func SearchGrid(batch int) []Variant {
 
 // Estimate is what onegpu knows about a train step without running it.
 type Estimate struct {
-	PeakBytes       int64                  `json:"estimated_peak_bytes"`
-	ArgumentBytes   int64                  `json:"argument_bytes"`
-	ActivationBytes int64                  `json:"estimated_activation_bytes"`
-	FLOPs           int64                  `json:"flops"`
-	XLA             *ograph.CompiledMemory `json:"xla_compiled,omitempty"`
+	PeakBytes       int64                    `json:"estimated_peak_bytes"`
+	ArgumentBytes   int64                    `json:"argument_bytes"`
+	ActivationBytes int64                    `json:"estimated_activation_bytes"`
+	FLOPs           int64                    `json:"flops"`
+	XLA             *analysis.CompiledMemory `json:"xla_compiled,omitempty"`
 	// CompileSeconds is how long XLA took to compile the step (with compile only; wall clock).
 	CompileSeconds float64 `json:"compile_seconds,omitempty"`
 	// Breakdown splits PeakBytes by kind (graph.Memory.Breakdown), indexed by graph.Kind.
-	Breakdown map[ograph.Kind]int64 `json:"-"`
+	Breakdown map[analysis.Kind]int64 `json:"-"`
 }
 
 // Memory is the estimate's memory figure: XLA's compiled total when available, else the
@@ -96,7 +96,7 @@ func (e Estimate) Memory() int64 {
 	return e.PeakBytes
 }
 
-// EstimateStep builds config's train step on backend and analyzes it (graph.Analyze); with compile
+// EstimateStep builds config's train step on backend and analyzes it (analysis.Analyze); with compile
 // (an XLA backend) it also compiles it for XLA's memory statistics. Nothing runs.
 func EstimateStep(backend backends.Backend, config train.Config, compile bool) (Estimate, error) {
 	trainer, err := train.New(backend, config)
@@ -108,15 +108,15 @@ func EstimateStep(backend backends.Backend, config train.Config, compile bool) (
 		return Estimate{}, err
 	}
 	defer p.Graph.Finalize()
-	m := ograph.Analyze(p)
-	e := Estimate{PeakBytes: m.PeakBytes, ArgumentBytes: m.ArgumentBytes, ActivationBytes: m.Breakdown[ograph.Activations], FLOPs: m.FLOPs,
-		Breakdown: map[ograph.Kind]int64{}}
-	for _, k := range ograph.Kinds() {
+	m := analysis.Analyze(p)
+	e := Estimate{PeakBytes: m.PeakBytes, ArgumentBytes: m.ArgumentBytes, ActivationBytes: m.Breakdown[analysis.Activations], FLOPs: m.FLOPs,
+		Breakdown: map[analysis.Kind]int64{}}
+	for _, k := range analysis.Kinds() {
 		e.Breakdown[k] = m.Breakdown[k]
 	}
 	if compile {
 		start := time.Now()
-		compiled, err := ograph.CompileProgram(p)
+		compiled, err := analysis.CompileProgram(p)
 		if err != nil {
 			return e, err
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/recipes"
@@ -70,7 +70,7 @@ type Largest struct {
 }
 
 // MaxScale returns the largest n of ScaledGPT whose config onegpu builds (models.GPTConfig's
-// Validate: no tensor, and no parameter count, past ograph.MaxTensorElements): 620, a GPT of 930
+// Validate: no tensor, and no parameter count, past analysis.MaxTensorElements): 620, a GPT of 930
 // layers × hidden 79,360 and 70 trillion parameters. LargestThatFits sizes no model beyond it.
 func MaxScale() int {
 	// Validate refuses from some n on, and every larger one: the first n it refuses, less one.
@@ -169,7 +169,7 @@ func LargestOf(backend backends.Backend, base train.Config, family Scaled, budge
 		}
 		ok := !beyond && bytes <= budget
 		if progress != nil {
-			memory := ograph.FormatBytes(bytes)
+			memory := analysis.FormatBytes(bytes)
 			if beyond {
 				memory = "> 8 EiB"
 			}
@@ -186,7 +186,7 @@ func LargestOf(backend backends.Backend, base train.Config, family Scaled, budge
 	if err == nil && n == family.Max {
 		m, _ := family.Model(family.Max)
 		err = fmt.Errorf("unbounded: a budget of %s fits even the largest model of the family onegpu builds (%s; "+
-			"a model's tensors and parameter count stay under 2^46), so it does not limit the model", ograph.FormatBytes(budget), m)
+			"a model's tensors and parameter count stay under 2^46), so it does not limit the model", analysis.FormatBytes(budget), m)
 	}
 	return row, err // fitting probes only grow, so the row is the largest fitting one's
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
@@ -91,7 +91,7 @@ func LargestStreamed(backend backends.Backend, base train.Config, family Scaled,
 		ok := best.DeviceBytes <= budget && best.HostBytes <= hostBudget
 		if progress != nil {
 			fmt.Fprintf(progress, "  %-50s %-40s %12d params: device %10s, host %10s %s\n", opts.Name, fmt.Sprint(m), best.Params,
-				ograph.FormatBytes(best.DeviceBytes), ograph.FormatBytes(best.HostBytes), map[bool]string{true: "fits", false: "too large"}[ok])
+				analysis.FormatBytes(best.DeviceBytes), analysis.FormatBytes(best.HostBytes), map[bool]string{true: "fits", false: "too large"}[ok])
 		}
 		if ok {
 			row.Params, row.Memory, row.HostMemory, row.Variant, row.Fits = best.Params, best.DeviceBytes, best.HostBytes, bestVariant, true
@@ -108,7 +108,7 @@ func LargestStreamed(backend backends.Backend, base train.Config, family Scaled,
 	n, err := largestFitting(family.Max, fits)
 	if err == nil && n == family.Max {
 		err = fmt.Errorf("unbounded: a device budget of %s and a host budget of %s fit even the largest model of the family onegpu builds (%s), so they do not limit the model",
-			ograph.FormatBytes(budget), ograph.FormatBytes(hostBudget), row.Model)
+			analysis.FormatBytes(budget), analysis.FormatBytes(hostBudget), row.Model)
 	}
 	return row, err
 }

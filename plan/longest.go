@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -66,7 +66,7 @@ func LongestThatFits(backend backends.Backend, base train.Config, budget int64, 
 		}
 		ok := e.Memory() <= budget
 		if progress != nil {
-			fmt.Fprintf(progress, "  %-50s sequence %8d: %10s %s\n", chunking, seq, ograph.FormatBytes(e.Memory()),
+			fmt.Fprintf(progress, "  %-50s sequence %8d: %10s %s\n", chunking, seq, analysis.FormatBytes(e.Memory()),
 				map[bool]string{true: "fits", false: "too large"}[ok])
 		}
 		if ok {

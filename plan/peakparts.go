@@ -3,7 +3,7 @@ package plan
 import (
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -37,7 +37,7 @@ func PartNames() []string {
 // axis is the vocabulary (the output layer's logits and their gradient, whole or a chunk of
 // tokens at a time). Chunked attention's blocks of scores are smaller than the sequence on both
 // axes and count as activations. The parts sum to the estimate's PeakBytes.
-func PeakParts(backend backends.Backend, config train.Config) ([]Part, *ograph.Memory, error) {
+func PeakParts(backend backends.Backend, config train.Config) ([]Part, *analysis.Memory, error) {
 	trainer, err := train.New(backend, config)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +47,7 @@ func PeakParts(backend backends.Backend, config train.Config) ([]Part, *ograph.M
 		return nil, nil, err
 	}
 	defer p.Graph.Finalize()
-	m := ograph.Analyze(p)
+	m := analysis.Analyze(p)
 	seq, vocab := 0, 0
 	if lm, ok := config.Model.(train.LanguageModel); ok {
 		seq, vocab = lm.TokenShape()
@@ -65,15 +65,15 @@ func PeakParts(backend backends.Backend, config train.Config) ([]Part, *ograph.M
 
 // partOf names the part buffer t belongs to; seq and vocab are 0 for a model that is not a
 // language model.
-func partOf(t ograph.Tensor, seq, vocab int) string {
+func partOf(t analysis.Tensor, seq, vocab int) string {
 	switch t.Kind {
-	case ograph.Parameters:
+	case analysis.Parameters:
 		return PartWeights
-	case ograph.Gradients:
+	case analysis.Gradients:
 		return PartGradients
-	case ograph.OptimizerState:
+	case analysis.OptimizerState:
 		return PartOptimizerState
-	case ograph.Other:
+	case analysis.Other:
 		return PartOther
 	}
 	if t.Scratch || seq == 0 {

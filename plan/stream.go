@@ -11,7 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train"
 )
@@ -21,7 +22,7 @@ import (
 // gradient accumulator, the largest stage program's working memory and the inputs every block
 // keeps for the backward pass; the host holds the float32 master weights, the optimizer's state
 // and the float32 gradients. Each part comes from the stage programs themselves, built (never
-// run) and analyzed like a whole step (graph.Analyze): the embedding, one block (every block has
+// run) and analyzed like a whole step (analysis.Analyze): the embedding, one block (every block has
 // the same shapes) and the head.
 
 // StageEstimate is one kind of stage of a streamed step.
@@ -35,7 +36,7 @@ type StageEstimate struct {
 	Params       int64 `json:"params"`
 	SharedParams int64 `json:"shared_params,omitempty"`
 	StateBytes   int64 `json:"state_bytes"`
-	// WorkBytes is the most its programs allocate above their arguments (graph.Analyze's
+	// WorkBytes is the most its programs allocate above their arguments (analysis.Analyze's
 	// PeakTempBytes: activations, recomputation, the float32 gradients they return), per
 	// micro-batch; FLOPs its forward and backward FLOPs per micro-batch (the backward recomputes
 	// the forward).
@@ -327,7 +328,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 	fn func(ctx *context.Context, in []*graph.Node) (out *graph.Node, wrt []*graph.Node)) (StageEstimate, []*context.Variable, error) {
 	e := StageEstimate{Name: name, Count: 1}
 	var outShape shapes.Shape
-	fwd, err := ograph.ContextProgram(b.backend, ctx, name+"_forward", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	fwd, err := analysis.ContextProgram(b.backend, ctx, name+"_forward", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		b.config.Settings().Apply(ctx, in[0].Graph())
 		out, _ := fn(ctx, in)
 		outShape = out.Shape()
@@ -336,7 +337,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 	if err != nil {
 		return e, nil, fmt.Errorf("the %s stage's forward program: %w", name, err)
 	}
-	fm := ograph.Analyze(fwd)
+	fm := analysis.Analyze(fwd)
 	fwd.Graph.Finalize()
 	scalar := outShape.IsScalar()
 	bwdInputs := inputs
@@ -344,7 +345,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 		bwdInputs = append(append([]shapes.Shape{}, inputs...), outShape)
 	}
 	var trainable []*context.Variable
-	bwd, err := ograph.ContextProgram(b.backend, ctx, name+"_backward", bwdInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	bwd, err := analysis.ContextProgram(b.backend, ctx, name+"_backward", bwdInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
 		b.config.Settings().Apply(ctx, g)
 		data := in
@@ -368,7 +369,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 		outs := []*graph.Node{loss}
 		for i, gr := range grads {
 			if i >= len(wrt) {
-				gr = graph.ConvertDType(gr, ograph.WideDType(gr.DType()))
+				gr = graph.ConvertDType(gr, exact.WideDType(gr.DType()))
 			}
 			outs = append(outs, gr)
 		}
@@ -377,7 +378,7 @@ func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes
 	if err != nil {
 		return e, nil, fmt.Errorf("the %s stage's backward program: %w", name, err)
 	}
-	bm := ograph.Analyze(bwd)
+	bm := analysis.Analyze(bwd)
 	bwd.Graph.Finalize()
 	e.WorkBytes = max(fm.PeakTempBytes, bm.PeakTempBytes)
 	e.FLOPs = fm.FLOPs + bm.FLOPs
@@ -399,12 +400,12 @@ func (b stageBuilder) stateBytes(ctx *context.Context, vars []*context.Variable)
 		before[v] = true
 	}
 	opt := optimizerOf(b.config)
-	p, err := ograph.ContextProgram(b.backend, ctx, "state", []shapes.Shape{shapes.Make(dtypes.Float32)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	p, err := analysis.ContextProgram(b.backend, ctx, "state", []shapes.Shape{shapes.Make(dtypes.Float32)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
 		grads := make([]*graph.Node, len(vars))
 		for i, v := range vars {
 			v.ValueGraph(g)
-			grads[i] = graph.BroadcastToDims(graph.ConvertDType(in[0], ograph.WideDType(v.DType())), v.Shape().Dimensions...)
+			grads[i] = graph.BroadcastToDims(graph.ConvertDType(in[0], exact.WideDType(v.DType())), v.Shape().Dimensions...)
 		}
 		opt.UpdateGraphWithGradients(ctx, grads, dtypes.Float32)
 		return []*graph.Node{graph.MulScalar(in[0], 1)}

@@ -4,7 +4,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // Nodes are a quantized tensor's parts in a graph (parameters, constants or variables' values),
@@ -21,11 +22,11 @@ type Nodes struct {
 func NewNodes(l Layout, parts ...*graph.Node) Nodes {
 	want := l.Parts()
 	if len(parts) != len(want) {
-		ograph.Panicf("quant.NewNodes: %d parts for a %s layout that has %d (%v)", len(parts), l.Format, len(want), want)
+		panics.Panicf("quant.NewNodes: %d parts for a %s layout that has %d (%v)", len(parts), l.Format, len(want), want)
 	}
 	for i, p := range want {
 		if !parts[i].Shape().Equal(p.Shape) {
-			ograph.Panicf("quant.NewNodes: part %d (%s) is %s, want %s", i, p.Name, parts[i].Shape(), p.Shape)
+			panics.Panicf("quant.NewNodes: part %d (%s) is %s, want %s", i, p.Name, parts[i].Shape(), p.Shape)
 		}
 	}
 	return Nodes{Layout: l, Parts: parts}
@@ -44,12 +45,12 @@ func (n Nodes) Dequantize(dtype dtypes.DType) *graph.Node {
 // weight [out, in] with in a multiple of BlockSize, any rows do); it panics otherwise.
 func (n Nodes) Rows(first, count int, dtype dtypes.DType) *graph.Node {
 	if len(n.Dims) < 1 || first < 0 || count < 1 || first+count > n.Dims[0] {
-		ograph.Panicf("quant.Nodes.Rows: rows [%d, %d) of a tensor of dimensions %v", first, first+count, n.Dims)
+		panics.Panicf("quant.Nodes.Rows: rows [%d, %d) of a tensor of dimensions %v", first, first+count, n.Dims)
 	}
 	row := n.Size() / n.Dims[0]
 	start, end := first*row, (first+count)*row
 	if start%n.BlockSize != 0 || (end%n.BlockSize != 0 && end != n.Size()) {
-		ograph.Panicf("quant.Nodes.Rows: rows [%d, %d) of %v are elements [%d, %d), which do not start and end on blocks of %d", first, first+count, n.Dims, start, end, n.BlockSize)
+		panics.Panicf("quant.Nodes.Rows: rows [%d, %d) of %v are elements [%d, %d), which do not start and end on blocks of %d", first, first+count, n.Dims, start, end, n.BlockSize)
 	}
 	values := n.flat(start/n.BlockSize, ceilDiv(end, n.BlockSize)-start/n.BlockSize, end-start, dtype)
 	return graph.Reshape(values, append([]int{count}, n.Dims[1:]...)...)
@@ -59,7 +60,7 @@ func (n Nodes) Rows(first, count int, dtype dtypes.DType) *graph.Node {
 // block's padding included, as zeros).
 func (n Nodes) Blocks(first, count int, dtype dtypes.DType) *graph.Node {
 	if first < 0 || count < 1 || first+count > n.NumBlocks() {
-		ograph.Panicf("quant.Nodes.Blocks: blocks [%d, %d) of %d", first, first+count, n.NumBlocks())
+		panics.Panicf("quant.Nodes.Blocks: blocks [%d, %d) of %d", first, first+count, n.NumBlocks())
 	}
 	g := n.Parts[0].Graph()
 	codes := graph.Slice(n.Parts[0], graph.AxisRange(first, first+count))
@@ -82,7 +83,7 @@ func (n Nodes) Blocks(first, count int, dtype dtypes.DType) *graph.Node {
 // flat returns blocks [first, first+count) dequantized to dtype and flattened, cut to size elements.
 func (n Nodes) flat(first, count, size int, dtype dtypes.DType) *graph.Node {
 	if !dtype.IsFloat() {
-		ograph.Panicf("quant: cannot dequantize to %s: want a float dtype", dtype)
+		panics.Panicf("quant: cannot dequantize to %s: want a float dtype", dtype)
 	}
 	values := graph.Reshape(n.Blocks(first, count, dtype), count*n.BlockSize)
 	if size < count*n.BlockSize {
@@ -141,7 +142,7 @@ func lookup(table []float32, codes *graph.Node) *graph.Node {
 // elimination). A backward pass that needs the weight again dequantizes After its cotangent, so
 // that the forward pass's copy is not kept until then.
 func (n Nodes) After(dep *graph.Node) Nodes {
-	zero := ograph.NegativeZeroFrom(dep) // -0.0: adds nothing to a float, 0 as an integer
+	zero := exact.NegativeZeroFrom(dep) // -0.0: adds nothing to a float, 0 as an integer
 	parts := make([]*graph.Node, len(n.Parts))
 	for i, p := range n.Parts {
 		parts[i] = graph.Add(p, graph.ConvertDType(zero, p.DType()))

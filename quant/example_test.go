@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/quant"
 )
 
@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/internal/testkit"
@@ -41,7 +41,7 @@ func BenchmarkRematVsNone(b *testing.B) {
 	type variant struct {
 		spec     string
 		exec     *context.Exec
-		memory   *ograph.Memory
+		memory   *analysis.Memory
 		elapsed  time.Duration
 		rounds   []time.Duration
 		cpu      []time.Duration
@@ -49,7 +49,7 @@ func BenchmarkRematVsNone(b *testing.B) {
 	}
 	var variants []*variant
 	for _, spec := range []string{"none", "mlp,attn", "block"} {
-		s, _ := remat.ParseSpec(spec)
+		s, _ := blocks.ParseSpec(spec)
 		a, err := blocks.Analyze(embedded(), c, s, remat.Config{})
 		if err != nil {
 			b.Fatal(err)
@@ -91,10 +91,10 @@ func BenchmarkRematVsNone(b *testing.B) {
 		if v != none {
 			b.ReportMetric(medianRatio(v.rounds, none.rounds), "time-x("+v.spec+")")
 			b.ReportMetric(medianRatio(v.cpu, none.cpu), "cpu-x("+v.spec+")")
-			b.ReportMetric(float64(v.memory.Breakdown[ograph.Activations])/float64(none.memory.Breakdown[ograph.Activations]), "act-x("+v.spec+")")
+			b.ReportMetric(float64(v.memory.Breakdown[analysis.Activations])/float64(none.memory.Breakdown[analysis.Activations]), "act-x("+v.spec+")")
 		}
 		b.Logf("%-8s %.2f s/step, estimated peak %.1f MiB (activations %.1f MiB), measured %.1f MiB, %.2f GFLOP",
-			v.spec, v.elapsed.Seconds()/float64(b.N), mib(v.memory.PeakTempBytes), mib(v.memory.Breakdown[ograph.Activations]),
+			v.spec, v.elapsed.Seconds()/float64(b.N), mib(v.memory.PeakTempBytes), mib(v.memory.Breakdown[analysis.Activations]),
 			mib(v.measured), float64(v.memory.FLOPs)/1e9)
 	}
 }

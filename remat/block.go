@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // How a checkpoint works (GoMLX v0.26.0 has one custom-gradient hook, IdentityWithCustomGradient,
@@ -102,7 +102,7 @@ func newBlock(cfg Config, caller string, inputs []*graph.Node) *block {
 	return &block{cfg: cfg, caller: caller, g: inputs[0].Graph(), inputs: slices.Clone(inputs), saved: map[tagKey]*graph.Node{}}
 }
 
-// sectionLabel names a block's section of the memory timeline (graph.Section): its name, the
+// sectionLabel names a block's section of the memory timeline (analysis.Section): its name, the
 // context scope without the leading "/" for a block of a context ("block_0/mlp"), "checkpoint"
 // for one without a name.
 func sectionLabel(name string) string {
@@ -117,7 +117,7 @@ func sectionLabel(name string) string {
 func (b *block) rematerialized() bool { return !b.cfg.policy.SavesEverything() }
 
 func (b *block) forward(fn func() []*graph.Node) {
-	defer ograph.Section(b.g, sectionLabel(b.cfg.name))()
+	defer analysis.Section(b.g, sectionLabel(b.cfg.name))()
 	b.start = len(b.g.Nodes())
 	within(b.g, &frame{b: b, counts: map[Tag]int{}}, func() { b.ys = fn() })
 	b.end = len(b.g.Nodes())
@@ -241,7 +241,7 @@ func (b *block) cotangentsBehind(v *graph.Node) []int {
 
 // recompute runs fn again for the outputs in fresh and returns the entries' gradients.
 func (b *block) recompute(fresh []int) []*graph.Node {
-	defer ograph.Section(b.g, sectionLabel(b.cfg.name)+" backward")()
+	defer analysis.Section(b.g, sectionLabel(b.cfg.name)+" backward")()
 	b.pass = &pass{barrier: b.barrier(b.cotangents[fresh[0]])}
 	defer func() { b.pass = nil }()
 	leaves := make([]*graph.Node, len(b.entries))

@@ -12,7 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // blocksParam is the context hyperparameter that holds the blocks SetBlocks names.
@@ -107,7 +107,7 @@ func Block(ctx *context.Context, name string, fn func(ctx *context.Context, inpu
 	blocks := blocksOf(ctx)
 	if !slices.Contains(blocks.names, name) {
 		if len(inputs) > 0 && inputs[0] != nil {
-			defer ograph.Section(inputs[0].Graph(), sectionLabel(ctx.Scope()))()
+			defer analysis.Section(inputs[0].Graph(), sectionLabel(ctx.Scope()))()
 		}
 		return fn(ctx, inputs)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -149,7 +149,7 @@ func TestCheckpointCapturedChainPanics(t *testing.T) {
 	x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 2, 3))
 	w := graph.Parameter(g, "w", shapes.Make(dtypes.Float32, 3, 3))
 	w2 := graph.MulScalar(w, 2)
-	err := ograph.CatchPanic(func() {
+	err := panics.Catch(func() {
 		remat.Checkpoint(func(in []*graph.Node) []*graph.Node {
 			return []*graph.Node{graph.Add(graph.Dot(in[0], w), graph.Dot(in[0], w2))}
 		}, x)
@@ -212,7 +212,7 @@ func TestCheckpointMisusePanics(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := ograph.CatchPanic(c.build)
+			err := panics.Catch(c.build)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want a panic containing %q", err, c.want)
 			}

@@ -10,8 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -68,7 +68,7 @@ func initialized(t *testing.T, model ctxModel, x *tensors.Tensor) *context.Conte
 }
 
 func stack(c blocks.Config, spec string, rc remat.Config) ctxModel {
-	s, err := remat.ParseSpec(spec)
+	s, err := blocks.ParseSpec(spec)
 	if err != nil {
 		panic(err)
 	}
@@ -86,7 +86,7 @@ func TestCheckpointCtxBitIdentical(t *testing.T) {
 	mixedDropout := mixed
 	mixedDropout.Dropout = 0.25
 	shared := func(spec string, rc remat.Config) ctxModel {
-		s, _ := remat.ParseSpec(spec)
+		s, _ := blocks.ParseSpec(spec)
 		return func(ctx *context.Context, x *graph.Node) *graph.Node {
 			h := x
 			for range 3 { // the same block, three times
@@ -181,7 +181,7 @@ func TestCheckpointClosureOverContext(t *testing.T) {
 	defer g.Finalize()
 	ctx.SetTraining(g, true)
 	input := graph.Parameter(g, "x", tiny.InputShape())
-	err := ograph.CatchPanic(func() {
+	err := panics.Catch(func() {
 		remat.Checkpoint(func(in []*graph.Node) []*graph.Node {
 			return []*graph.Node{blocks.MLP(ctx.In("mlp"), in[0], 0.5)}
 		}, input)

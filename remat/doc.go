@@ -41,8 +41,8 @@
 // Residuals reports, for each checkpointed block of a built program, the values the backward pass
 // reads from the forward pass (name, kind, op, shape, dtype, bytes), with totals per block, per
 // policy and outside the blocks. ParseKinds reads the kinds a command line names ("none", "mlp",
-// "attn", "mlp,attn", "block"); Spec is the same choice for a transformer as a value, which
-// internal/blocks applies to a small model.
+// "attn", "mlp,attn", "block"); internal/blocks.Spec, the same choice for a transformer as a value,
+// is what onegpu's design measurements and tests apply to a small model.
 //
 // # How it works, and what it costs
 //

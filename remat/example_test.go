@@ -9,13 +9,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/remat"
 )
 
 // A checkpointed block returns the same values and gradients as the plain block.
 func Example() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +51,7 @@ func Example() {
 // Residuals lists what the backward pass keeps from each checkpointed block: its input, and
 // the values its policy saves.
 func ExampleResiduals() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}
@@ -68,7 +69,7 @@ func ExampleResiduals() {
 		loss := graph.ReduceAllMean(graph.Square(x))
 		return append([]*graph.Node{loss}, ctx.BuildTrainableVariablesGradientsGraph(loss)...)
 	}
-	p, err := ograph.ContextProgram(backend, context.New(), "example", []shapes.Shape{shapes.Make(dtypes.Float32, 32, 64)}, step)
+	p, err := analysis.ContextProgram(backend, context.New(), "example", []shapes.Shape{shapes.Make(dtypes.Float32, 32, 64)}, step)
 	if err != nil {
 		panic(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
@@ -19,13 +19,13 @@ import (
 func TestInferenceUnchanged(t *testing.T) {
 	c := tiny
 	x := blocks.RandomInput(c, 9)
-	infer := func(spec string) (outs []*tensors.Tensor, m *ograph.Memory) {
-		s, _ := remat.ParseSpec(spec)
+	infer := func(spec string) (outs []*tensors.Tensor, m *analysis.Memory) {
+		s, _ := blocks.ParseSpec(spec)
 		ctx := context.New()
 		ctx.SetParam(context.ParamInitialSeed, int64(42))
 		fn := func(ctx *context.Context, x *graph.Node) *graph.Node {
 			y := blocks.Forward(ctx, x, c, s, remat.Config{})
-			m = ograph.Analyze(ograph.NewProgram(x.Graph(), y))
+			m = analysis.Analyze(analysis.NewProgram(x.Graph(), y))
 			return y
 		}
 		exec, err := context.NewExec(embedded(), ctx, fn)

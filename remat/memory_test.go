@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/internal/heapmeter"
 	"github.com/onegpu/onegpu/remat"
@@ -23,9 +23,9 @@ func TestActivationMemory(t *testing.T) {
 	none := analyze(t, stack12, "none", remat.NothingSaveable).Memory
 	for _, spec := range []string{"mlp,attn", "block"} {
 		m := analyze(t, stack12, spec, remat.NothingSaveable).Memory
-		ratio := float64(m.Breakdown[ograph.Activations]) / float64(none.Breakdown[ograph.Activations])
+		ratio := float64(m.Breakdown[analysis.Activations]) / float64(none.Breakdown[analysis.Activations])
 		t.Logf("%-8s activations at the peak %6.1f MiB vs %6.1f MiB without (%.3fx); peak %6.1f vs %6.1f MiB; FLOPs %.2fx",
-			spec, mib(m.Breakdown[ograph.Activations]), mib(none.Breakdown[ograph.Activations]), ratio,
+			spec, mib(m.Breakdown[analysis.Activations]), mib(none.Breakdown[analysis.Activations]), ratio,
 			mib(m.PeakBytes), mib(none.PeakBytes), float64(m.FLOPs)/float64(none.FLOPs))
 		if ratio > 0.35 {
 			t.Errorf("%s: activations %.3fx of no checkpoint, want <= 0.35x", spec, ratio)
@@ -43,7 +43,7 @@ func TestActivationMemoryMeasured(t *testing.T) {
 	}
 	measure := func(spec string) {
 		a := analyze(t, stack12, spec, remat.NothingSaveable)
-		s, _ := remat.ParseSpec(spec)
+		s, _ := blocks.ParseSpec(spec)
 		exec, err := context.NewExec(embedded(), context.New(), blocks.GradientStep(stack12, s, remat.Config{}))
 		if err != nil {
 			t.Fatal(err)

@@ -80,36 +80,3 @@ func TestParsePolicy(t *testing.T) {
 		t.Errorf("the error for an unknown policy does not list the policies: %v", err)
 	}
 }
-
-func TestParseSpec(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want remat.Spec
-		str  string
-	}{
-		{"none", remat.Spec{}, "none"},
-		{"", remat.Spec{}, "none"},
-		{"mlp", remat.Spec{MLP: true}, "mlp"},
-		{"attn", remat.Spec{Attention: true}, "attn"},
-		{"attention", remat.Spec{Attention: true}, "attn"},
-		{"mlp,attn", remat.Spec{MLP: true, Attention: true}, "mlp,attn"},
-		{"attn, mlp", remat.Spec{MLP: true, Attention: true}, "mlp,attn"},
-		{"block", remat.Spec{Block: true}, "block"},
-	} {
-		got, err := remat.ParseSpec(c.in)
-		if err != nil || got != c.want || got.String() != c.str {
-			t.Errorf("ParseSpec(%q) = %+v (%q), %v; want %+v (%q)", c.in, got, got, err, c.want, c.str)
-		}
-	}
-	for _, c := range []struct{ in, mentions string }{
-		{"mlp,atn", `unknown part "atn"`},
-		{"ffn", "none, mlp, attn, block"},
-		{"none,mlp", `"none" cannot be combined`},
-		{"block,mlp", `"block" already checkpoints`},
-	} {
-		_, err := remat.ParseSpec(c.in)
-		if err == nil || !strings.Contains(err.Error(), c.mentions) {
-			t.Errorf("ParseSpec(%q): error %v, want one mentioning %s", c.in, err, c.mentions)
-		}
-	}
-}

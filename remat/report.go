@@ -9,7 +9,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // Kinds of residuals.
@@ -75,9 +75,9 @@ type Report struct {
 // Residuals reports what the backward pass of p keeps from the forward pass of each block
 // checkpointed in p's graph (nested blocks count within their outer block). It reads the built
 // graph, so it reports what really happens: a value is kept when a node of the backward pass (one
-// that p.Loss does not depend on) reads it. p must have its Loss set (ograph.ContextProgram sets
+// that p.Loss does not depend on) reads it. p must have its Loss set (analysis.ContextProgram sets
 // it when the first output is a scalar).
-func Residuals(p *ograph.Program) (Report, error) {
+func Residuals(p *analysis.Program) (Report, error) {
 	if p == nil || p.Loss == nil {
 		return Report{}, fmt.Errorf("remat.Residuals needs the program's loss (Program.Loss) to tell the forward pass from the backward pass")
 	}
@@ -196,9 +196,9 @@ func (r Report) WriteTable(w io.Writer) error {
 			if name == "" {
 				name = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%v\t%s\n", b.Block, b.Policy, name, res.Kind, res.Op, res.DType, res.Shape, ograph.FormatBytes(res.Bytes))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%v\t%s\n", b.Block, b.Policy, name, res.Kind, res.Op, res.DType, res.Shape, analysis.FormatBytes(res.Bytes))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t(total: %d residuals)\t\t\t\t%s\n", b.Block, b.Policy, len(b.Residuals), ograph.FormatBytes(b.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t(total: %d residuals)\t\t\t\t%s\n", b.Block, b.Policy, len(b.Residuals), analysis.FormatBytes(b.Bytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -211,7 +211,7 @@ func (r Report) WriteSummary(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BLOCK\tPOLICY\tRESIDUALS\tBYTES")
 	for _, b := range r.Blocks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", b.Block, b.Policy, len(b.Residuals), ograph.FormatBytes(b.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", b.Block, b.Policy, len(b.Residuals), analysis.FormatBytes(b.Bytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -223,10 +223,10 @@ func (r Report) writeTotals(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nPOLICY\tBLOCKS\tBYTES")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Policy, p.Blocks, ograph.FormatBytes(p.Bytes))
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Policy, p.Blocks, analysis.FormatBytes(p.Bytes))
 	}
-	fmt.Fprintf(tw, "all blocks\t%d\t%s\n", len(r.Blocks), ograph.FormatBytes(r.BlockBytes))
-	fmt.Fprintf(tw, "outside blocks\t\t%s\n", ograph.FormatBytes(r.OutsideBytes))
+	fmt.Fprintf(tw, "all blocks\t%d\t%s\n", len(r.Blocks), analysis.FormatBytes(r.BlockBytes))
+	fmt.Fprintf(tw, "outside blocks\t\t%s\n", analysis.FormatBytes(r.OutsideBytes))
 	return tw.Flush()
 }
 

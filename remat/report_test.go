@@ -10,14 +10,14 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/remat"
 )
 
 func analyze(t *testing.T, c blocks.Config, spec string, policy remat.Policy) blocks.Analysis {
 	t.Helper()
-	s, err := remat.ParseSpec(spec)
+	s, err := blocks.ParseSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestResidualsNeedsTheLoss(t *testing.T) {
 	g := graph.NewGraph(embedded(), "no loss")
 	defer g.Finalize()
 	x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 3))
-	if _, err := remat.Residuals(ograph.NewProgram(g, graph.Sin(x))); err == nil || !strings.Contains(err.Error(), "Loss") {
+	if _, err := remat.Residuals(analysis.NewProgram(g, graph.Sin(x))); err == nil || !strings.Contains(err.Error(), "Loss") {
 		t.Errorf("got %v, want an error asking for the loss", err)
 	}
 }

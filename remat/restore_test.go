@@ -8,7 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -23,7 +23,7 @@ func TestBlocksOfRestoredContext(t *testing.T) {
 	restored := testkit.RoundTrip(t, ctx)
 	raw, _ := restored.GetParam("remat_blocks")
 	t.Logf("restored blocks parameter: %T %v", raw, raw)
-	p, err := ograph.ContextProgram(embedded(), restored, "restored", []shapes.Shape{shapes.Make(dtypes.Float32, 4, 8)},
+	p, err := analysis.ContextProgram(embedded(), restored, "restored", []shapes.Shape{shapes.Make(dtypes.Float32, 4, 8)},
 		func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			x := in[0]
 			for _, kind := range []string{"block", "other"} {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/quant"
 )
@@ -40,7 +40,7 @@ func (t *Trainer) prepareBase() error {
 	if !t.hasWeights() {
 		// The float weights from the seed: the step built without quantization, initialized.
 		t.Config.LoRA.Quantize = quant.Config{}
-		p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize_base", t.InputShapes(), t.StepFn())
+		p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize_base", t.InputShapes(), t.StepFn())
 		t.Config.LoRA = lora
 		if err != nil {
 			return fmt.Errorf("building the base model: %w", err)
@@ -93,7 +93,7 @@ const baseVersion = "onegpu base v1"
 func baseSHA256(ctx *context.Context) (string, error) {
 	byName := map[string]*context.Variable{}
 	for v := range ctx.IterVariables() {
-		if ograph.IsWeight(ctx, v) && !layers.IsAdapter(v) {
+		if analysis.IsWeight(ctx, v) && !layers.IsAdapter(v) {
 			byName[v.ScopeAndName()] = v
 		}
 	}

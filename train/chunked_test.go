@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -55,7 +55,7 @@ func TestChunkedRunResumesPlainRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Graph.Finalize()
-		return ograph.Analyze(p).ExecutedNodes
+		return analysis.Analyze(p).ExecutedNodes
 	}
 	if a, b := nodes(plain), nodes(chunked); a == b {
 		t.Errorf("the chunked step runs %d ops, as many as the plain one: the options did not reach the model", b)

@@ -7,7 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // StateBytes is the training state by kind, in bytes: either the whole of it or what one device
@@ -27,11 +28,11 @@ type StateBytes struct {
 type DeviceProgram struct {
 	Devices Devices
 	// Program is the step's logical (whole-batch) graph, compiled for the devices.
-	Program *ograph.Program
+	Program *analysis.Program
 	// Total is the whole state; PerDevice what one device holds of it (the largest shard).
 	Total, PerDevice StateBytes
 	// Compiled is XLA's memory account of the partitioned step, for one device.
-	Compiled ograph.CompiledMemory
+	Compiled analysis.CompiledMemory
 }
 
 // DeviceProgram builds the train step for t.Config.Devices in a fresh context (the trainer's own
@@ -62,7 +63,7 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 			return nil, err
 		}
 	}
-	p, err := ograph.ContextProgramOn(g, ctx.Checked(false), func(g *graph.Graph) []*graph.Node {
+	p, err := analysis.ContextProgramOn(g, ctx.Checked(false), func(g *graph.Graph) []*graph.Node {
 		nodes := make([]*graph.Node, len(inputs))
 		for i, s := range inputs {
 			nodes[i] = graph.ShardedParameter(g, fmt.Sprintf("input_%d", i), s, l.inputSpec())
@@ -87,11 +88,11 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 	if !d.Distributed() {
 		specs = nil
 	}
-	if err := ograph.CatchPanic(func() { g.CompileWithSharding(p.Outputs, specs) }); err != nil {
+	if err := panics.Catch(func() { g.CompileWithSharding(p.Outputs, specs) }); err != nil {
 		g.Finalize()
 		return nil, fmt.Errorf("compiling the step for %d devices: %w", d.Count, err)
 	}
-	compiled, err := ograph.CompiledMemoryOf(g)
+	compiled, err := analysis.CompiledMemoryOf(g)
 	if err != nil {
 		g.Finalize()
 		return nil, err
@@ -103,14 +104,14 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 		}
 		whole := int64(v.Shape().Memory())
 		shard := int64(l.spec(ctx, v).ShardShape(v.Shape()).Memory())
-		switch ograph.VariableRole(ctx, v) {
-		case ograph.RoleTrainable:
+		switch analysis.VariableRole(ctx, v) {
+		case analysis.RoleTrainable:
 			dp.Total.Params += whole
 			dp.PerDevice.Params += shard
-		case ograph.RoleFrozen:
+		case analysis.RoleFrozen:
 			dp.Total.FrozenWeights += whole
 			dp.PerDevice.FrozenWeights += shard
-		case ograph.RoleOptimizerState:
+		case analysis.RoleOptimizerState:
 			dp.Total.OptimizerState += whole
 			dp.PerDevice.OptimizerState += shard
 		default:
@@ -137,41 +138,41 @@ func countChanged(ctx *context.Context, g *graph.Graph) int {
 // (all-reduced), activations split with the batch, the rest whole. It assumes every sharded tensor
 // has an axis that divides across the devices; DeviceProgram.PerDeviceBreakdown uses the exact
 // shapes of the shards.
-func (d Devices) Share(k ograph.Kind) float64 {
+func (d Devices) Share(k analysis.Kind) float64 {
 	if !d.Distributed() {
 		return 1
 	}
 	split := 1 / float64(d.Count)
 	switch {
-	case k == ograph.Activations:
+	case k == analysis.Activations:
 		return split
-	case k == ograph.OptimizerState && d.Shard != ShardNone:
+	case k == analysis.OptimizerState && d.Shard != ShardNone:
 		return split
-	case (k == ograph.Parameters || k == ograph.Gradients) && d.Shard == ShardParams:
+	case (k == analysis.Parameters || k == analysis.Gradients) && d.Shard == ShardParams:
 		return split
 	}
 	return 1
 }
 
-// PerDeviceBreakdown scales a breakdown of the whole step's memory at its peak (graph.Analyze's)
+// PerDeviceBreakdown scales a breakdown of the whole step's memory at its peak (analysis.Analyze's)
 // to what one device holds, as Share does but with the exact shares of parameters and optimizer
 // state from the shapes of their shards.
-func (dp *DeviceProgram) PerDeviceBreakdown(whole map[ograph.Kind]int64) map[ograph.Kind]int64 {
+func (dp *DeviceProgram) PerDeviceBreakdown(whole map[analysis.Kind]int64) map[analysis.Kind]int64 {
 	ratio := func(part, all int64) float64 {
 		if all == 0 {
 			return 1
 		}
 		return float64(part) / float64(all)
 	}
-	out := map[ograph.Kind]int64{}
+	out := map[analysis.Kind]int64{}
 	for k, b := range whole {
 		share := dp.Devices.Share(k)
 		switch k {
-		case ograph.Parameters:
+		case analysis.Parameters:
 			share = ratio(dp.PerDevice.Params, dp.Total.Params)
-		case ograph.OptimizerState:
+		case analysis.OptimizerState:
 			share = ratio(dp.PerDevice.OptimizerState, dp.Total.OptimizerState)
-		case ograph.Gradients:
+		case analysis.Gradients:
 			if dp.Devices.Shard == ShardParams {
 				share = ratio(dp.PerDevice.Params, dp.Total.Params)
 			}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // Shard says which training state is split across devices instead of copied onto each.
@@ -104,7 +104,7 @@ func (d Devices) CheckBackend(backend backends.Backend) error {
 	}
 	if !strings.HasPrefix(backend.Name(), "xla") {
 		return fmt.Errorf("Config.Devices.Count %d: the embedded backend (%s) has %d device and cannot partition a step: use an XLA PJRT plugin (the backend xla:/abs/path/plugin.so, or $%s; the XLA CPU plugin exposes 4 devices)",
-			d.Count, backend.Name(), have, ograph.EnvPlugin)
+			d.Count, backend.Name(), have, platform.EnvPlugin)
 	}
 	return fmt.Errorf("Config.Devices.Count %d: the backend %s has only %d device(s): use Config.Devices.Count %d or fewer", d.Count, backend.Name(), have, have)
 }

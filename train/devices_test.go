@@ -13,18 +13,18 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
 // xlaBackend opens the XLA plugin of $ONEGPU_PJRT_PLUGIN, or skips.
 func xlaBackend(t testing.TB) backends.Backend {
 	t.Helper()
-	backend, err := ograph.NewBackend("xla:" + testkit.XLAPlugin(t))
+	backend, err := platform.NewBackend("xla:" + testkit.XLAPlugin(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,6 @@
 //
 // An executor runs the step: on one device, on several (Config.Devices), or with the optimizer's
 // state and update on the host (Config.Offload), one file each behind one small interface.
-// Trainer.Program builds the same step for graph.Analyze or graph.CompileProgram without running it
+// Trainer.Program builds the same step for analysis.Analyze or analysis.CompileProgram without running it
 // (each call builds a new program, so one can be analyzed and another compiled).
 package train

@@ -10,8 +10,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/optim/hostengine"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // The optimizer offload (ZeRO-Offload's split, Ren et al. 2021): with Config.Offload OffloadOptimizer a
@@ -96,7 +97,7 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 // program of the device's step was built in ctx: the host engine's update of every trainable
 // variable (hostengine.Engine.UpdateProgram), whose state parameters are what host memory holds
 // besides the parameters and gradients.
-func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Context) (*ograph.Program, error) {
+func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Context) (*analysis.Program, error) {
 	var trainable []*context.Variable
 	for v := range ctx.IterVariables() {
 		if v.Trainable {
@@ -151,7 +152,7 @@ func (o *offloadExecutor) start() error {
 		o.close()
 		return err
 	}
-	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, ograph.AliasUpdatedState(t.deviceGradientsFn()))
+	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, platform.AliasUpdatedState(t.deviceGradientsFn()))
 	if err != nil {
 		o.close()
 		return err
@@ -163,7 +164,7 @@ func (o *offloadExecutor) start() error {
 func (o *offloadExecutor) prepare(t *Trainer) error {
 	// The programs find the variables these builds create, as after a checkpoint.
 	t.Ctx = t.Ctx.Checked(false)
-	device, err := ograph.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.deviceGradientsFn())
+	device, err := analysis.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.deviceGradientsFn())
 	if err != nil {
 		return err
 	}

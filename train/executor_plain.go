@@ -6,11 +6,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // plainExecutor runs the whole step (StepFn) as one program on the backend's first device, with
-// the variables it updates donated to their new values (graph.AliasUpdatedState).
+// the variables it updates donated to their new values (platform.AliasUpdatedState).
 type plainExecutor struct {
 	t    *Trainer
 	exec *context.Exec
@@ -20,7 +20,7 @@ func (e *plainExecutor) deviceStep() accum.StepFn { return e.t.StepFn() }
 
 func (e *plainExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if e.exec == nil {
-		exec, err := context.NewExec(e.t.Backend, e.t.Ctx, ograph.AliasUpdatedState(e.t.StepFn()))
+		exec, err := context.NewExec(e.t.Backend, e.t.Ctx, platform.AliasUpdatedState(e.t.StepFn()))
 		if err != nil {
 			return nil, nil, err
 		}

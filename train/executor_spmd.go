@@ -11,7 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // spmdExecutor runs the step on Config.Devices.Count devices of an XLA backend: the step is
@@ -40,7 +41,7 @@ func (e *spmdExecutor) prepare() error {
 	if err := l.assign(ctx); err != nil {
 		return err
 	}
-	step := ograph.AliasUpdatedState(t.StepFn())
+	step := platform.AliasUpdatedState(t.StepFn())
 	var exec *context.Exec
 	exec, err = context.NewExec(t.Backend, ctx, func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		outputs := step(ctx, inputs)
@@ -116,11 +117,11 @@ func (l *layout) inputSpec() *distributed.ShardingSpec {
 // copying it: trainable weights under ShardParams, the optimizer's state under either sharding
 // (graph.VariableRole). Frozen weights, counters and the random state are copied whole.
 func (l *layout) sharded(ctx *context.Context, v *context.Variable) bool {
-	switch role := ograph.VariableRole(ctx, v); l.shard {
+	switch role := analysis.VariableRole(ctx, v); l.shard {
 	case ShardParams:
-		return role == ograph.RoleTrainable || role == ograph.RoleOptimizerState
+		return role == analysis.RoleTrainable || role == analysis.RoleOptimizerState
 	case ShardOptimizer:
-		return role == ograph.RoleOptimizerState
+		return role == analysis.RoleOptimizerState
 	}
 	return false
 }
@@ -175,7 +176,7 @@ func (l *layout) assign(ctx *context.Context) error {
 // built: their shardings have to be set first. Nothing is compiled or run.
 func createVariables(backend backends.Backend, ctx *context.Context, inputs []shapes.Shape,
 	fn func(ctx *context.Context, inputs []*graph.Node) []*graph.Node) error {
-	p, err := ograph.ContextProgram(backend, ctx, "create_variables", inputs, fn)
+	p, err := analysis.ContextProgram(backend, ctx, "create_variables", inputs, fn)
 	if err != nil {
 		return err
 	}

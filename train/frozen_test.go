@@ -13,8 +13,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -39,8 +39,8 @@ func (m frozenModel) MetricNames() []string { return nil }
 func (m frozenModel) Loss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
 	x, labels := batch[0], batch[1]
 	g := x.Graph()
-	base := ograph.FreezeVariable(ctx, ctx.In("base").VariableWithValue("weights", m.base()))
-	codes := ograph.FreezeVariable(ctx, ctx.In("base").VariableWithValue("codes", m.codes()))
+	base := analysis.FreezeVariable(ctx, ctx.In("base").VariableWithValue("weights", m.base()))
+	codes := analysis.FreezeVariable(ctx, ctx.In("base").VariableWithValue("codes", m.codes()))
 	offset := graph.DivScalar(graph.ConvertDType(codes.ValueGraph(g), dtypes.Float32), 128)
 	h := graph.Tanh(graph.Sub(graph.MatMul(x, base.ValueGraph(g)), graph.ExpandAxes(offset, 0)))
 	logits := layers.Dense(ctx.In("head"), h, m.Classes)
@@ -78,8 +78,8 @@ func frozenValues(t *testing.T, tr *train.Trainer) (base []float32, codes []uint
 		if v == nil {
 			t.Fatalf("no variable /base/%s", name)
 		}
-		if v.Trainable || ograph.VariableRole(tr.Ctx, v) != ograph.RoleFrozen {
-			t.Errorf("/base/%s: trainable %v, role %s; want a frozen weight", name, v.Trainable, ograph.VariableRole(tr.Ctx, v))
+		if v.Trainable || analysis.VariableRole(tr.Ctx, v) != analysis.RoleFrozen {
+			t.Errorf("/base/%s: trainable %v, role %s; want a frozen weight", name, v.Trainable, analysis.VariableRole(tr.Ctx, v))
 		}
 		return v.MustValue()
 	}
@@ -124,13 +124,13 @@ func TestFrozenWeights(t *testing.T) {
 	// The optimizer's state: Adam's two moments of the head's kernel and bias, nothing for the base.
 	var state, head int64
 	for v := range whole.Ctx.IterVariables() {
-		switch ograph.VariableRole(whole.Ctx, v) {
-		case ograph.RoleOptimizerState:
+		switch analysis.VariableRole(whole.Ctx, v) {
+		case analysis.RoleOptimizerState:
 			state += int64(v.Shape().Memory())
 			if strings.Contains(v.ScopeAndName(), "base") {
 				t.Errorf("optimizer state %s for the frozen base", v.ScopeAndName())
 			}
-		case ograph.RoleTrainable:
+		case analysis.RoleTrainable:
 			head += int64(v.Shape().Memory())
 		}
 	}
@@ -150,11 +150,11 @@ func TestFrozenWeights(t *testing.T) {
 		}
 		frozen++
 	}
-	mem := ograph.Analyze(p)
+	mem := analysis.Analyze(p)
 	p.Graph.Finalize()
-	if want := int64(4*8*16 + 16); frozen != 2 || mem.Breakdown[ograph.FrozenWeights] < want {
+	if want := int64(4*8*16 + 16); frozen != 2 || mem.Breakdown[analysis.FrozenWeights] < want {
 		t.Errorf("the step has %d frozen parameters (want 2), %d bytes of frozen weights at the peak (want at least %d)", frozen,
-			mem.Breakdown[ograph.FrozenWeights], want)
+			mem.Breakdown[analysis.FrozenWeights], want)
 	}
 
 	// The optimizer offloaded: the same losses, the frozen weights unchanged.

@@ -13,13 +13,13 @@ import (
 )
 
 // gomlxBackendChildEnv makes TestTrainOnGoMLXBackend run its check in this process: a child
-// process that has created no backend through onegpu (graph.NewBackend), as a program that
+// process that has created no backend through onegpu (platform.NewBackend), as a program that
 // creates its backend with GoMLX does.
 const gomlxBackendChildEnv = "ONEGPU_GOMLX_BACKEND_CHILD"
 
 // TestTrainOnGoMLXBackend: a trainer on a backend GoMLX created (backends.NewWithConfig, not
-// onegpu's graph.NewBackend) runs a step of the tiny GPT: onegpu's gradient rules are installed
-// when graph/ is imported, not when onegpu creates a backend. Before, the GPT's position slice
+// onegpu's platform.NewBackend) runs a step of the tiny GPT: onegpu's gradient rules are installed
+// when package vjp is imported, not when onegpu creates a backend. Before, the GPT's position slice
 // took GoMLX's Slice gradient, which needs Pad, and step 1 failed ("Pad not implemented"). The
 // check runs in a child process, where no test has created a backend through onegpu first.
 func TestTrainOnGoMLXBackend(t *testing.T) {

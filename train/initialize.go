@@ -5,7 +5,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // Initialize creates the train step's variables and initializes them from the config's seed,
@@ -23,7 +24,7 @@ func (t *Trainer) Initialize() error {
 	if err := t.prepareBase(); err != nil {
 		return err
 	}
-	p, err := ograph.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
+	p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
 	if err != nil {
 		return fmt.Errorf("building the train step: %w", err)
 	}
@@ -39,16 +40,16 @@ func (t *Trainer) Initialize() error {
 // StepCompiled runs one train step like Step and also returns XLA's memory account of the compiled
 // step (see graph.CompiledMemoryOf): that of the executable that runs, not of a second
 // compilation. The account is nil on a backend that is not XLA (the embedded one compiles nothing).
-func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *ograph.CompiledMemory, error) {
+func (t *Trainer) StepCompiled(batch []*tensors.Tensor) (StepMetrics, *analysis.CompiledMemory, error) {
 	outs, g, err := t.run(batch)
 	if err != nil {
 		return StepMetrics{}, nil, err
 	}
 	m := t.metricsOf(outs)
-	if t.Backend.Name() != ograph.XLABackendName {
+	if t.Backend.Name() != platform.XLABackendName {
 		return m, nil, nil
 	}
-	mem, err := ograph.CompiledMemoryOf(g)
+	mem, err := analysis.CompiledMemoryOf(g)
 	if err != nil {
 		return m, nil, err
 	}

@@ -9,9 +9,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
 
@@ -51,12 +53,12 @@ type Loaded struct {
 
 // Load opens the checkpoint folder dir with its path alone, reads the model, its sizes and the
 // policy from the newest whole checkpoint's manifest and restores its weights, on the default
-// backend (graph.NewBackend(""): $GOMLX_BACKEND, else $ONEGPU_PJRT_PLUGIN, else the embedded
+// backend (platform.NewBackend(""): $GOMLX_BACKEND, else $ONEGPU_PJRT_PLUGIN, else the embedded
 // one), which Close releases. The folder is neither locked nor changed: a run may be writing it.
 // It returns an error naming the folder when it holds no whole checkpoint, its model's type is
 // not registered (RegisterModel), or its weights do not fit the model the manifest describes.
 func Load(dir string) (*Loaded, error) {
-	backend, err := ograph.NewBackend("")
+	backend, err := platform.NewBackend("")
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +148,7 @@ func (l *Loaded) checkVariables(folder *checkpoint.Folder) error {
 		return err
 	}
 	ctx := context.New()
-	p, err := ograph.ContextProgram(l.Backend, ctx, "variables", l.Model.InputShapes(1), l.lossFn)
+	p, err := analysis.ContextProgram(l.Backend, ctx, "variables", l.Model.InputShapes(1), l.lossFn)
 	if err != nil {
 		return err
 	}
@@ -187,7 +189,7 @@ func (l *Loaded) Loss(batch []*tensors.Tensor) (loss float64, metrics map[string
 		}
 	}
 	var outs []*tensors.Tensor
-	err = ograph.CatchPanic(func() {
+	err = panics.Catch(func() {
 		if l.loss == nil {
 			exec, err := context.NewExec(l.Backend, l.Ctx, l.lossFn)
 			if err != nil {

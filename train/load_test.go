@@ -11,11 +11,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	_ "github.com/onegpu/onegpu/recipes" // registers onegpu's models with train.RegisterModel, for Load
 	"github.com/onegpu/onegpu/train"
 )
@@ -69,8 +69,8 @@ func trainedFolderOf(t *testing.T, c train.Config) (dir string, batches *data.Te
 // loadEmbedded is train.Load with the default backend resolved to the embedded one.
 func loadEmbedded(t *testing.T, dir string) (*train.Loaded, error) {
 	t.Helper()
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	return train.Load(dir)
 }
 

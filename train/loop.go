@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/progress"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -326,12 +326,12 @@ func (h *History) WriteSummary(w io.Writer) {
 	}
 	if o := h.Offload; o != nil && o.Streamed {
 		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms waiting for transfers (uploads %.1f ms, overlapped), %.1f ms on the device, %.1f ms host update: bound by %s\n",
-			"streamed (params)", ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.UploadSeconds,
+			"streamed (params)", analysis.FormatBytes(o.BytesToDevice), analysis.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.UploadSeconds,
 			1e3*o.DeviceSeconds, 1e3*o.HostSeconds, o.Bound())
-		fmt.Fprintf(w, "%-22s %s\n", "largest device use", ograph.FormatBytes(o.DevicePeakBytes))
+		fmt.Fprintf(w, "%-22s %s\n", "largest device use", analysis.FormatBytes(o.DevicePeakBytes))
 	} else if o := h.Offload; o != nil {
 		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
-			ograph.FormatBytes(o.BytesToDevice), ograph.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
+			analysis.FormatBytes(o.BytesToDevice), analysis.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
 	}
 }
 

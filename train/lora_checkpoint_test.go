@@ -9,8 +9,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/quant"
@@ -105,7 +105,7 @@ func TestLoRACheckpointHoldsTheAdaptersOnly(t *testing.T) {
 		before := files(t, dir)
 		_, err = run(dir, 6, func(ctx *context.Context) error {
 			for v := range tr.Ctx.IterVariables() {
-				if ograph.IsFrozen(tr.Ctx, v) {
+				if analysis.IsFrozen(tr.Ctx, v) {
 					ctx.InAbsPath(v.Scope()).VariableWithValue(v.Name(), v.MustValue())
 				}
 			}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -60,20 +60,20 @@ func TestLoRAStartsAtTheBase(t *testing.T) {
 		var adapters, state, adapterParams int
 		for v := range tr.Ctx.IterVariables() {
 			name := v.ScopeAndName()
-			switch role := ograph.VariableRole(tr.Ctx, v); {
+			switch role := analysis.VariableRole(tr.Ctx, v); {
 			case layers.IsAdapter(v):
 				adapters++
 				adapterParams += v.Shape().Size()
-				if role != ograph.RoleTrainable || slices.Equal(testkit.Floats(before[name]), testkit.Floats(after[name])) {
+				if role != analysis.RoleTrainable || slices.Equal(testkit.Floats(before[name]), testkit.Floats(after[name])) {
 					t.Errorf("%s: adapter %s (%s) did not train", policy, name, role)
 				}
-			case role == ograph.RoleFrozen:
+			case role == analysis.RoleFrozen:
 				if !slices.Equal(testkit.Bits(before[name]), testkit.Bits(after[name])) {
 					t.Errorf("%s: frozen weight %s changed", policy, name)
 				}
-			case role == ograph.RoleTrainable:
+			case role == analysis.RoleTrainable:
 				t.Errorf("%s: base weight %s is trainable", policy, name)
-			case role == ograph.RoleOptimizerState:
+			case role == analysis.RoleOptimizerState:
 				state += v.Shape().Size()
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
@@ -121,7 +121,7 @@ func TestOwnModelResumes(t *testing.T) {
 	if err != nil || len(report.Blocks) != 2 {
 		t.Errorf("remat.Residuals of the step: %d blocks, %v; want 2 (one per micro-batch)", len(report.Blocks), err)
 	}
-	if m := ograph.Analyze(p); m.PeakBytes <= 0 {
+	if m := analysis.Analyze(p); m.PeakBytes <= 0 {
 		t.Errorf("Analyze: peak %d", m.PeakBytes)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -131,7 +131,7 @@ func compiledStepShrinks(t *testing.T, plain, offloaded *train.Trainer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compiled := func(tr *train.Trainer) *ograph.CompiledMemory {
+	compiled := func(tr *train.Trainer) *analysis.CompiledMemory {
 		_, m, err := tr.StepCompiled(batches.Batch(3))
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -27,7 +27,7 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 		return err
 	}
 	ctx := context.New()
-	p, err := ograph.ContextProgram(t.Backend, ctx, "variables", t.InputShapes(), t.StepFn())
+	p, err := analysis.ContextProgram(t.Backend, ctx, "variables", t.InputShapes(), t.StepFn())
 	if err != nil {
 		return err
 	}
@@ -36,10 +36,10 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 	stateOnly := map[string]bool{} // top scopes that hold no weight: the optimizer's, the loss scale's, ...
 	for v := range ctx.IterVariables() {
 		name := v.ScopeAndName()
-		if t.Config.LoRA.Active() && ograph.IsFrozen(ctx, v) {
+		if t.Config.LoRA.Active() && analysis.IsFrozen(ctx, v) {
 			continue // the base, which the run makes again: its checkpoints hold the adapters
 		}
-		want[name], weight[name] = v.Shape(), ograph.IsWeight(ctx, v) // trainable or frozen: the model's
+		want[name], weight[name] = v.Shape(), analysis.IsWeight(ctx, v) // trainable or frozen: the model's
 		top := topScope(name)
 		if _, seen := stateOnly[top]; !seen {
 			stateOnly[top] = true

@@ -6,7 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/remat"
 )
@@ -15,7 +15,7 @@ import (
 // learning rate of the schedule, the micro-batched forward and backward passes, and the gradient
 // chain (loss scale with an atomic skip, clipping, the optimizer). It returns the loss, the
 // model's metrics, the count they average over (tokens or examples), the step's finite flag and
-// the moving-average loss. Give it to graph.ContextProgram to analyze the step without running it.
+// the moving-average loss. Give it to analysis.ContextProgram to analyze the step without running it.
 func (t *Trainer) StepFn() accum.StepFn {
 	chain := t.mustChain()
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
@@ -59,7 +59,7 @@ func movingAverage(ctx *context.Context, g *graph.Graph, loss, finite *graph.Nod
 	newCount := graph.AddScalar(count, 1)
 	f32 := dtypes.Float32
 	weight := graph.Max(graph.Scalar(g, f32, MeanLossDecay), graph.ConvertDType(graph.Reciprocal(graph.ConvertDType(newCount, dtypes.Float64)), f32))
-	newMean := graph.ConvertDType(ograph.ProductSum(mean, graph.OneMinus(weight), graph.ConvertDType(loss, f32), weight), f32)
+	newMean := graph.ConvertDType(exact.ProductSum(mean, graph.OneMinus(weight), graph.ConvertDType(loss, f32), weight), f32)
 	meanVar.SetValueGraph(graph.Where(finite, newMean, mean))
 	countVar.SetValueGraph(graph.Where(finite, newCount, count))
 	return graph.Where(finite, newMean, mean)

@@ -7,7 +7,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // StreamPrograms builds, for analysis, the device programs of the streamed step
@@ -15,9 +15,9 @@ import (
 // functions the streamed executor runs: the embedding's forward and backward, one block's
 // forward and backward (which every block runs) and the head's (loss and gradients in one), at
 // the run's micro-batch size. Nothing runs and the trainer's state is untouched: compile them
-// with graph.CompileProgram for XLA's memory account and the compile time of a streamed step,
+// with analysis.CompileProgram for XLA's memory account and the compile time of a streamed step,
 // which does not grow with the number of blocks.
-func (t *Trainer) StreamPrograms() ([]*ograph.Program, error) {
+func (t *Trainer) StreamPrograms() ([]*analysis.Program, error) {
 	m, ok := t.Config.Model.(Staged)
 	if !ok {
 		return nil, fmt.Errorf("stream programs: %s does not run as stages (train.Staged)", describeModel(t.Config.Model))
@@ -33,14 +33,14 @@ func (t *Trainer) StreamPrograms() ([]*ograph.Program, error) {
 	embedFwd, embedBwd := s.programs(embedStage)
 	blockFwd, blockBwd := s.programs(blockStage)
 	_, head := s.programs(headStage)
-	build := func(name string, in []shapes.Shape, fn func(ctx *context.Context, in []*graph.Node) []*graph.Node) (*ograph.Program, error) {
-		p, err := ograph.ContextProgram(t.Backend, ctx, name, in, fn)
+	build := func(name string, in []shapes.Shape, fn func(ctx *context.Context, in []*graph.Node) []*graph.Node) (*analysis.Program, error) {
+		p, err := analysis.ContextProgram(t.Backend, ctx, name, in, fn)
 		if err != nil {
 			return nil, fmt.Errorf("stream programs: %s: %w", name, err)
 		}
 		return p, nil
 	}
-	var programs []*ograph.Program
+	var programs []*analysis.Program
 	p, err := build("stream_embed_forward", inputs, embedFwd)
 	if err != nil {
 		return nil, err

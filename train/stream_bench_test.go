@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -27,7 +27,7 @@ var (
 // block, the head), micro-batches of one sequence, bfloat16 compute, remat of whole blocks, and
 // reports each one's building and XLA compile seconds and their ratio. The streamed programs
 // compile one after the other, as the executor compiles them (compile-ratio), and again at once
-// (ograph.CompilePrograms: concurrent-compile-ratio). The streamed programs do not grow with the
+// (analysis.CompilePrograms: concurrent-compile-ratio). The streamed programs do not grow with the
 // layers; the whole step unrolls them all. E.g.
 //
 //	go test ./train/ -run XXX -bench StreamedCompile -benchtime 1x -stream.preset llama-3.2-1b
@@ -68,7 +68,7 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		start = time.Now()
 		for _, p := range streamed {
 			one := time.Now()
-			if _, err := ograph.CompileProgram(p); err != nil {
+			if _, err := analysis.CompileProgram(p); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(time.Since(one).Seconds(), p.Graph.Name()+"-s")
@@ -79,7 +79,7 @@ func BenchmarkStreamedCompile(b *testing.B) {
 			b.Fatal(err)
 		}
 		start = time.Now()
-		if _, err := ograph.CompilePrograms(streamed...); err != nil {
+		if _, err := analysis.CompilePrograms(streamed...); err != nil {
 			b.Fatal(err)
 		}
 		streamConcurrent := time.Since(start)
@@ -99,7 +99,7 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		}
 		wholeBuild := time.Since(start)
 		start = time.Now()
-		if _, err := ograph.CompileProgram(p); err != nil {
+		if _, err := analysis.CompileProgram(p); err != nil {
 			b.Fatal(err)
 		}
 		wholeCompile := time.Since(start)

@@ -6,7 +6,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // account records the device footprint at a run of st's program g on args (and st's weights),
@@ -28,7 +28,7 @@ func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tens
 	}
 	program, ok := s.compiled[g]
 	if !ok {
-		if mem, err := ograph.CompiledMemoryOf(g); err == nil {
+		if mem, err := analysis.CompiledMemoryOf(g); err == nil {
 			program = mem.TotalBytes()
 			s.compiled[g] = program
 		} else {
@@ -60,7 +60,7 @@ func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tens
 	if budget := s.t.Config.DeviceBudget; budget > 0 && footprint > budget {
 		return fmt.Errorf("the %s stage's program needs %s on the device (%s by XLA's account, %s of kept stage inputs, cotangents and gradient sums): "+
 			"more than the device budget, %s; use fewer or smaller micro-batches, remat inside the block, or a larger budget",
-			st.name, ograph.FormatBytes(footprint), ograph.FormatBytes(program), ograph.FormatBytes(live), ograph.FormatBytes(budget))
+			st.name, analysis.FormatBytes(footprint), analysis.FormatBytes(program), analysis.FormatBytes(live), analysis.FormatBytes(budget))
 	}
 	return nil
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 )
 
 // The programs of a streamed step (executor_stream.go). Each kind of stage (the embedding, a
@@ -55,7 +56,7 @@ func usedVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 // stageVariables builds fn on the trainer's context (creating the variables a fresh run needs,
 // as a whole step would) and returns the variables it uses.
 func (s *streamExecutor) stageVariables(name string, inputs []shapes.Shape, fn accum.StepFn) ([]*context.Variable, error) {
-	p, err := ograph.ContextProgram(s.host, s.t.Ctx, name, inputs, fn)
+	p, err := analysis.ContextProgram(s.host, s.t.Ctx, name, inputs, fn)
 	if err != nil {
 		return nil, fmt.Errorf("Config.Offload params: building the %s stage: %w", name, err)
 	}
@@ -147,7 +148,7 @@ func stageGradients(ctx *context.Context, target *graph.Node, xs ...*graph.Node)
 	}
 	grads := graph.Gradient(target, wrt...)
 	for k, v := range vars {
-		grads[len(xs)+k] = graph.ConvertDType(grads[len(xs)+k], ograph.WideDType(v.DType()))
+		grads[len(xs)+k] = graph.ConvertDType(grads[len(xs)+k], exact.WideDType(v.DType()))
 	}
 	return grads
 }

@@ -11,7 +11,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/optim"
 )
@@ -69,18 +70,18 @@ func (t *Trainer) InputShapes() []shapes.Shape { return t.Config.Model.InputShap
 // DeviceStepFn is the part of the step that runs on the trainer's backend: StepFn itself, or with
 // the optimizer offloaded the loss, metrics and count, with each parameter's float32 gradient
 // written over the parameter (the device holds the parameters or their gradients, never both, and
-// no optimizer state). Give it to graph.ContextProgram to analyze what the device holds.
+// no optimizer state). Give it to analysis.ContextProgram to analyze what the device holds.
 func (t *Trainer) DeviceStepFn() accum.StepFn { return t.executor().deviceStep() }
 
 // StepName names the train step's graph, and so XLA's HLO module of it.
 const StepName = "train_step"
 
-// Program builds the train step for analysis (graph.Analyze, graph.CompileProgram) on the trainer's
+// Program builds the train step for analysis (analysis.Analyze, analysis.CompileProgram) on the trainer's
 // backend, in a fresh context: nothing runs and the trainer's own state is untouched. With the
 // optimizer offloaded it is the backend's part of the step (DeviceStepFn).
-func (t *Trainer) Program() (*ograph.Program, error) {
+func (t *Trainer) Program() (*analysis.Program, error) {
 	ctx := context.New()
-	return ograph.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.DeviceStepFn())
+	return analysis.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.DeviceStepFn())
 }
 
 // StepMetrics are one step's results.
@@ -128,7 +129,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 	}
 	before := t.Steps()
 	t.started = true
-	err := ograph.CatchPanic(func() {
+	err := panics.Catch(func() {
 		var err error
 		if outs, g, err = t.executor().run(batch); err != nil {
 			panic(err)

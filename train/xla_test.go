@@ -6,8 +6,8 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
@@ -26,7 +26,7 @@ func xlaTemporaryBytes(t *testing.T, backend backends.Backend, config train.Conf
 		t.Fatal(err)
 	}
 	defer p.Graph.Finalize()
-	compiled, err := ograph.CompileProgram(p)
+	compiled, err := analysis.CompileProgram(p)
 	if err != nil {
 		t.Fatal(err)
 	}

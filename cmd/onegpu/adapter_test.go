@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // evalLoss runs eval --json with args and returns its loss.
@@ -56,8 +56,8 @@ func trainLosses(t *testing.T, args ...string) []float64 {
 // transformers and peft, peft loads the exported adapter without missing or unexpected keys and
 // computes eval's loss within 2e-4, and transformers the merged model's.
 func TestAdapterRoundTrip(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fx := testkit.ReadHFFixture(t, "llama3_untied")
 	tokens := fx.Dir + ".tokens.npy"
 	peftAdapter := filepath.Join(filepath.Dir(fx.Dir), "peft", "llama3_untied_lora")
@@ -119,8 +119,8 @@ func TestAdapterRoundTrip(t *testing.T) {
 
 // TestAdapterFlagErrors: adapter flags that cannot apply are refused before training.
 func TestAdapterFlagErrors(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fx := testkit.ReadHFFixture(t, "llama3_untied")
 	peftAdapter := filepath.Join(filepath.Dir(fx.Dir), "peft", "llama3_untied_lora")
 	out := filepath.Join(t.TempDir(), "out")
@@ -147,8 +147,8 @@ func TestAdapterFlagErrors(t *testing.T) {
 // again and takes the uninterrupted run's losses bit for bit; resumed on another base (a copy of
 // the fixture with one weight changed) it is refused, naming both bases, before any step.
 func TestLoRAResumeLoadsTheBaseAgain(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fx := testkit.ReadHFFixture(t, "llama3_untied")
 	tokens := fx.Dir + ".tokens.npy"
 	run := []string{"--data", tokens, "--seq", "23", "--batch", "2", "--microbatches", "1", "--policy", "float32",

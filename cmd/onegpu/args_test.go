@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestMain lets the test binary be the onegpu command: with onegpuCLIEnv set it runs main with
@@ -38,7 +38,7 @@ func runCLI(t *testing.T, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, append([]string{"-test.run=^$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), onegpuCLIEnv+"=1", ograph.EnvBackend+"=", ograph.EnvPlugin+"=")
+	cmd.Env = append(os.Environ(), onegpuCLIEnv+"=1", platform.EnvBackend+"=", platform.EnvPlugin+"=")
 	var stderr bytes.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, io.Discard
 	err = cmd.Run()
@@ -64,8 +64,8 @@ var runners = map[string]func(args []string, w io.Writer) error{
 // before: zero counts, empty strings, NaN and Inf, negative sizes, stray words (which made the
 // flag package drop every later flag), unknown enum values and flags that do not apply.
 func TestBadFlagValues(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	old := newFlagSetHook
 	newFlagSetHook = func(fs *flag.FlagSet) { fs.SetOutput(io.Discard) } // no usage after each error
 	defer func() { newFlagSetHook = old }()
@@ -240,8 +240,8 @@ func captureFlagSet(t *testing.T, name string, run func([]string, io.Writer) err
 // float32 rounding (the tutorial: 4.593200 vs 4.593173 after its steps); with dropout, the masks
 // alone make them differ.
 func TestMLPAccumulationWithoutDropout(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	losses := func(args ...string) []float64 {
 		var out bytes.Buffer
 		if err := runTrain(append([]string{"--model", "mlp", "--steps", "3", "--json"}, args...), &out); err != nil {

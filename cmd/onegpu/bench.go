@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/recipes"
 )
@@ -159,16 +159,16 @@ func writeBenchTable(w io.Writer, rows []benchRow, xla bool) {
 		measured := "-"
 		switch {
 		case r.XLA != nil:
-			measured = ograph.FormatBytes(r.XLA.TotalBytes())
+			measured = analysis.FormatBytes(r.XLA.TotalBytes())
 		case r.MeasuredPeakBytes > 0:
-			measured = ograph.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
+			measured = analysis.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
 		}
 		step, timeRatio, tokens := "-", "-", "-"
 		if r.StepSeconds > 0 {
 			step, timeRatio, tokens = fmt.Sprintf("%.3fs", r.StepSeconds), fmt.Sprintf("%.2fx", r.TimeRatio), fmt.Sprintf("%.0f", r.TokensPerSecond)
 		}
 		fmt.Fprintf(w, "%-8s %-8s %2d | %10s %5.2fx %10s %5.2fx | %10s | %9s %6s %11s\n", r.Compute, r.Remat, r.MicroBatches,
-			ograph.FormatBytes(r.PeakBytes), r.PeakRatio, ograph.FormatBytes(r.ActivationBytes), r.ActivationRatio, measured, step, timeRatio, tokens)
+			analysis.FormatBytes(r.PeakBytes), r.PeakRatio, analysis.FormatBytes(r.ActivationBytes), r.ActivationRatio, measured, step, timeRatio, tokens)
 	}
 	fmt.Fprintf(w, "\nest. peak: sequential-execution estimate incl. weights and optimizer state; est. act.: its activations;\n")
 	if xla {
@@ -200,9 +200,9 @@ func writeChunkingTable(w io.Writer, rows []benchRow, xla bool) {
 		measured, compile := "-", "-"
 		switch {
 		case r.XLA != nil:
-			measured = ograph.FormatBytes(r.XLA.TotalBytes())
+			measured = analysis.FormatBytes(r.XLA.TotalBytes())
 		case r.MeasuredPeakBytes > 0:
-			measured = ograph.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
+			measured = analysis.FormatBytes(r.MeasuredPeakBytes + r.ArgumentBytes)
 		}
 		if r.CompileSeconds > 0 {
 			compile = fmt.Sprintf("%.1fs", r.CompileSeconds)
@@ -212,7 +212,7 @@ func writeChunkingTable(w io.Writer, rows []benchRow, xla bool) {
 			step, timeRatio, tokens = fmt.Sprintf("%.3fs", r.StepSeconds), fmt.Sprintf("%.2fx", r.TimeRatio), fmt.Sprintf("%.0f", r.TokensPerSecond)
 		}
 		fmt.Fprintf(w, "%-10s %-14s | %10s %5.2fx | %10s | %8s | %9s %6s %11s\n", r.Attention, r.CrossEntropy,
-			ograph.FormatBytes(r.PeakBytes), r.PeakRatio, measured, compile, step, timeRatio, tokens)
+			analysis.FormatBytes(r.PeakBytes), r.PeakRatio, measured, compile, step, timeRatio, tokens)
 	}
 	fmt.Fprintf(w, "\nat %s compute, remat %s, %s; est. peak: the sequential-execution estimate incl. weights and optimizer state;\n",
 		rows[0].Compute, rows[0].Remat, plural(rows[0].MicroBatches, "micro-batch"))

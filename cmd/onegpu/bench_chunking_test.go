@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestBenchChunkingGrid: bench --grid chunking estimates the four choices of plain or chunked
 // attention and loss at the run's settings, plain first; chunked attention and loss need less
 // memory than plain at sequence 1024; the table names each row.
 func TestBenchChunkingGrid(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	args := []string{"--grid", "chunking", "--preset", "tiny", "--seq", "1024", "--batch", "2", "--microbatches", "1", "--remat", "block", "--estimate-only"}
 	var out bytes.Buffer
 	if err := runBench(append(args, "--json"), &out); err != nil {

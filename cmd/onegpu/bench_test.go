@@ -6,17 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
-
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestBenchOrdering: the grid's estimates order as the tutorial found: float32 needs more memory
 // than bfloat16, which needs more than bfloat16 with remat; and 4 micro-batches keep fewer
 // activations than 1, for every precision and remat choice.
 func TestBenchOrdering(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runBench([]string{"--preset", "small", "--estimate-only", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -52,8 +51,8 @@ func TestBenchOrdering(t *testing.T) {
 // TestBenchAllFailed: a grid whose every configuration fails (16 devices on the embedded
 // backend) still prints its rows, and exits with an error naming the first failure.
 func TestBenchAllFailed(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	err := runBench([]string{"--devices", "16", "--estimate-only", "--json"}, &out)
 	if err == nil || !strings.Contains(err.Error(), "all 12 configurations failed") || !strings.Contains(err.Error(), "--devices 16") {
@@ -71,8 +70,8 @@ func TestBenchAllFailed(t *testing.T) {
 
 // TestBenchChecksThePlotFirst: a plot that cannot be written is refused before the grid runs.
 func TestBenchChecksThePlotFirst(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	err := runBench([]string{"--plot", "/nonexistent/g.png", "--json"}, &out)
 	if err == nil || !strings.Contains(err.Error(), "--plot /nonexistent/g.png: the folder /nonexistent does not exist") || out.Len() > 0 {

@@ -7,15 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestTrainChunkedFlags: train --seq 45 --attention chunked=16 --cross-entropy chunked=20 (45 a
 // multiple of neither) trains the tiny GPT (float32, no dropout: the same draws either way) to the
 // plain run's losses within 1e-5 relative, and says so in its config: the flags reach the step.
 func TestTrainChunkedFlags(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	run := func(extra ...string) (config string, losses []float64) {
 		var out bytes.Buffer
 		args := append([]string{"--preset", "tiny", "--seq", "45", "--batch", "2", "--microbatches", "1", "--dropout", "0", "--policy", "params=float32,compute=float32,output=float32", "--steps", "3", "--json"}, extra...)

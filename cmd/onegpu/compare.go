@@ -15,8 +15,9 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/train"
 )
@@ -66,7 +67,7 @@ var compareSets = map[string][]string{
 // order, the embedding gradient's dtype) and by up to 2.8e-3 on the embedded backend, whose
 // bfloat16 elementwise arithmetic truncates its results instead of rounding to nearest (GoMLX
 // v0.26.0's bfloat16.FromFloat32; onegpu rounds the conversions and matrix products itself, see
-// graph/bf16round.go: 4.9e-3 before), which biases those results toward zero. 1e-2 accepts both and
+// platform/bf16round.go: 4.9e-3 before), which biases those results toward zero. 1e-2 accepts both and
 // still rejects a schedule one step off; a bfloat16 comparison cannot see the eps or 1% slips a
 // float32 one catches.
 const (
@@ -341,7 +342,7 @@ type compareSide struct {
 	Accumulate string         `json:"accumulate,omitempty"`
 	LayerDType string         `json:"layer_dtypes,omitempty"`
 	// Census counts the optimized HLO of the compiled step by op and element type (XLA only).
-	Census *ograph.HLOCensus `json:"census,omitempty"`
+	Census *analysis.HLOCensus `json:"census,omitempty"`
 }
 
 // compareMemory are compiled memory statistics in bytes, in JAX's memory_analysis() terms.
@@ -434,7 +435,7 @@ func compareOne(o compareOptions, flagsText, folder string, progress io.Writer) 
 	r.Data = batches.Describe()
 
 	fmt.Fprintf(progress, "== %s\n   onegpu: %s\n   optimizer: %s, against %s\n", r.Name, r.Config, r.Optimizer, compareOptimizers[r.Optimizer])
-	if spec, err := ograph.ResolveBackend(s.backend); err == nil && spec.Kind == "xla" && o.hloDir != "" {
+	if spec, err := platform.ResolveBackend(s.backend); err == nil && spec.Kind == "xla" && o.hloDir != "" {
 		// XLA reads its flags once per process: every configuration dumps to the same folder.
 		s.xlaPresets = append(s.xlaPresets, flags.Dump(o.hloDir, "^"+train.StepName, ""))
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestCompareChunkedAgainstPlainJAX: compare with chunked attention and cross-entropy on the
@@ -17,9 +17,9 @@ import (
 // name says which side chunked.
 func TestCompareChunkedAgainstPlainJAX(t *testing.T) {
 	python := referencePython()
-	plugin := os.Getenv(ograph.EnvPlugin)
+	plugin := os.Getenv(platform.EnvPlugin)
 	if python == "" || plugin == "" {
-		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", ograph.EnvPlugin)
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", platform.EnvPlugin)
 	}
 	if testing.Short() {
 		t.Skip("compiles a train step on each side (about 40 s)")

@@ -14,9 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/export"
 )
@@ -24,7 +25,7 @@ import (
 // runOnegpuSide initializes the model, exports it with the data to folder, trains steps steps and
 // measures them. The backend is released before returning, so that the reference has the device
 // to itself.
-func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, hloDir, folder string, progress io.Writer) (*compareSide, platform.BackendSpec, error) {
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return nil, spec, err
@@ -48,7 +49,7 @@ func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, 
 		start := time.Now()
 		var m train.StepMetrics
 		if i == 0 {
-			var mem *ograph.CompiledMemory
+			var mem *analysis.CompiledMemory
 			dumped := dumpedHLO(hloDir)
 			m, mem, err = trainer.StepCompiled(batch)
 			if mem != nil {
@@ -85,7 +86,7 @@ func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, 
 		if err != nil {
 			return nil, spec, err
 		}
-		m := ograph.Analyze(p)
+		m := analysis.Analyze(p)
 		p.Graph.Finalize()
 		side.Memory = &compareMemory{ArgumentBytes: m.ArgumentBytes, TempBytes: m.PeakTempBytes, TotalBytes: m.PeakBytes}
 		side.MemoryKind = "estimate"
@@ -95,7 +96,7 @@ func runOnegpuSide(s *setup, config train.Config, batches data.Data, steps int, 
 
 // compileOnegpuSide builds and compiles the train step on XLA without running it, measures the
 // time that takes, and exports the initial weights and one batch to folder for the reference.
-func compileOnegpuSide(s *setup, config train.Config, batches data.Data, hloDir, folder string, progress io.Writer) (*compareSide, ograph.BackendSpec, error) {
+func compileOnegpuSide(s *setup, config train.Config, batches data.Data, hloDir, folder string, progress io.Writer) (*compareSide, platform.BackendSpec, error) {
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return nil, spec, err
@@ -116,7 +117,7 @@ func compileOnegpuSide(s *setup, config train.Config, batches data.Data, hloDir,
 		return nil, spec, err
 	}
 	built := time.Since(start).Seconds()
-	mem, err := ograph.CompileProgram(p)
+	mem, err := analysis.CompileProgram(p)
 	p.Graph.Finalize()
 	if err != nil {
 		return nil, spec, err
@@ -124,7 +125,7 @@ func compileOnegpuSide(s *setup, config train.Config, batches data.Data, hloDir,
 	side := &compareSide{Framework: "onegpu", Platform: spec.Kind, FirstStepSeconds: time.Since(start).Seconds(), BuildSeconds: built,
 		Memory: compiledMemory(mem), MemoryKind: "xla_compiled", Census: newCensus(hloDir, dumped, progress)}
 	side.CompileSeconds = side.FirstStepSeconds - built
-	fmt.Fprintf(progress, "   [onegpu] built in %.1f s, compiled in %.1f s: XLA needs %s\n", built, side.CompileSeconds, ograph.FormatBytes(mem.TotalBytes()))
+	fmt.Fprintf(progress, "   [onegpu] built in %.1f s, compiled in %.1f s: XLA needs %s\n", built, side.CompileSeconds, analysis.FormatBytes(mem.TotalBytes()))
 	if err := trainer.Initialize(); err != nil {
 		return nil, spec, err
 	}
@@ -156,7 +157,7 @@ func compareCompiled(o compareOptions, r *compareResult, s *setup, config train.
 	return r
 }
 
-func compiledMemory(m ograph.CompiledMemory) *compareMemory {
+func compiledMemory(m analysis.CompiledMemory) *compareMemory {
 	return &compareMemory{ArgumentBytes: m.ArgumentBytes, OutputBytes: m.OutputBytes, AliasBytes: m.AliasBytes,
 		TempBytes: m.TemporaryBytes, CodeBytes: m.CodeBytes, TotalBytes: m.TotalBytes()}
 }
@@ -182,7 +183,7 @@ func dumpedHLO(dir string) map[string]bool {
 	if dir == "" {
 		return seen
 	}
-	files, _ := ograph.OptimizedHLOFiles(dir)
+	files, _ := analysis.OptimizedHLOFiles(dir)
 	for _, f := range files {
 		seen[f] = true
 	}
@@ -191,11 +192,11 @@ func dumpedHLO(dir string) map[string]bool {
 
 // newCensus counts the newest train step module XLA dumped to dir since before was listed, or
 // returns nil (and says why) when there is none.
-func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.HLOCensus {
+func newCensus(dir string, before map[string]bool, progress io.Writer) *analysis.HLOCensus {
 	if dir == "" {
 		return nil
 	}
-	files, err := ograph.OptimizedHLOFiles(dir)
+	files, err := analysis.OptimizedHLOFiles(dir)
 	var newest string
 	for _, f := range files {
 		if !before[f] && strings.Contains(filepath.Base(f), train.StepName) {
@@ -206,7 +207,7 @@ func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.H
 		fmt.Fprintf(progress, "   [onegpu] no HLO census: XLA dumped no new %s module under %s (XLA_FLAGS set before this run?)\n", train.StepName, dir)
 		return nil
 	}
-	c, err := ograph.ReadHLOCensus(newest)
+	c, err := analysis.ReadHLOCensus(newest)
 	if err != nil {
 		fmt.Fprintf(progress, "   [onegpu] no HLO census: %v\n", err)
 		return nil
@@ -216,7 +217,7 @@ func newCensus(dir string, before map[string]bool, progress io.Writer) *ograph.H
 
 // runJAXSide runs the reference on folder and reads its JSON; compileOnly compiles its step without
 // training. With an XLA backend and --jax-runtime plugin the reference runs on onegpu's PJRT plugin.
-func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
+func runJAXSide(o compareOptions, ours platform.BackendSpec, folder string, compileOnly bool, progress io.Writer) (*compareSide, error) {
 	hlo := filepath.Join(folder, "jax_step.hlo.txt")
 	args := append([]string{o.script, folder, "--accumulate", o.accumulate, "--layer-dtypes", o.layerDTyp, "--hlo", hlo}, o.referenceArgs...)
 	if ours.Kind == "xla" && o.jaxRuntime == "plugin" {
@@ -261,7 +262,7 @@ func runJAXSide(o compareOptions, ours ograph.BackendSpec, folder string, compil
 		return nil, fmt.Errorf("the JAX reference's result: %w", err)
 	}
 	side.MemoryKind = "xla_compiled"
-	if c, err := ograph.ReadHLOCensus(hlo); err == nil {
+	if c, err := analysis.ReadHLOCensus(hlo); err == nil {
 		side.Census = &c
 	} else {
 		fmt.Fprintf(progress, "   JAX: no HLO census: %v\n", err)

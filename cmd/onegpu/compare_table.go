@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
 // writeTable prints one configuration's side-by-side table.
@@ -57,22 +57,22 @@ func (r *compareResult) writeTable(w io.Writer) {
 			kind = "onegpu estimate"
 		}
 		row("memory ("+kind+")", "", "", "")
-		row("  arguments", ograph.FormatBytes(o.Memory.ArgumentBytes), ograph.FormatBytes(j.Memory.ArgumentBytes), compareRatio(float64(o.Memory.ArgumentBytes), float64(j.Memory.ArgumentBytes)))
+		row("  arguments", analysis.FormatBytes(o.Memory.ArgumentBytes), analysis.FormatBytes(j.Memory.ArgumentBytes), compareRatio(float64(o.Memory.ArgumentBytes), float64(j.Memory.ArgumentBytes)))
 		if o.MemoryKind != "estimate" {
-			row("  outputs", ograph.FormatBytes(o.Memory.OutputBytes), ograph.FormatBytes(j.Memory.OutputBytes), compareRatio(float64(o.Memory.OutputBytes), float64(j.Memory.OutputBytes)))
-			row("  aliased", ograph.FormatBytes(o.Memory.AliasBytes), ograph.FormatBytes(j.Memory.AliasBytes), compareRatio(float64(o.Memory.AliasBytes), float64(j.Memory.AliasBytes)))
+			row("  outputs", analysis.FormatBytes(o.Memory.OutputBytes), analysis.FormatBytes(j.Memory.OutputBytes), compareRatio(float64(o.Memory.OutputBytes), float64(j.Memory.OutputBytes)))
+			row("  aliased", analysis.FormatBytes(o.Memory.AliasBytes), analysis.FormatBytes(j.Memory.AliasBytes), compareRatio(float64(o.Memory.AliasBytes), float64(j.Memory.AliasBytes)))
 		}
-		row("  temporary", ograph.FormatBytes(o.Memory.TempBytes), ograph.FormatBytes(j.Memory.TempBytes), compareRatio(float64(o.Memory.TempBytes), float64(j.Memory.TempBytes)))
-		row("  total", ograph.FormatBytes(o.Memory.TotalBytes), ograph.FormatBytes(j.Memory.TotalBytes), compareRatio(float64(o.Memory.TotalBytes), float64(j.Memory.TotalBytes)))
+		row("  temporary", analysis.FormatBytes(o.Memory.TempBytes), analysis.FormatBytes(j.Memory.TempBytes), compareRatio(float64(o.Memory.TempBytes), float64(j.Memory.TempBytes)))
+		row("  total", analysis.FormatBytes(o.Memory.TotalBytes), analysis.FormatBytes(j.Memory.TotalBytes), compareRatio(float64(o.Memory.TotalBytes), float64(j.Memory.TotalBytes)))
 		if j.Memory.PeakMemoryBytes != nil {
-			row("  JAX peak_memory_in_bytes", "", ograph.FormatBytes(*j.Memory.PeakMemoryBytes), "")
+			row("  JAX peak_memory_in_bytes", "", analysis.FormatBytes(*j.Memory.PeakMemoryBytes), "")
 		}
 	}
 	if o.Census != nil && j.Census != nil {
 		row("optimized HLO (census)", "", "", "")
 		row("  instructions", fmt.Sprint(o.Census.Instructions), fmt.Sprint(j.Census.Instructions),
 			compareRatio(float64(o.Census.Instructions), float64(j.Census.Instructions)))
-		for _, k := range ograph.CensusRows(*o.Census, *j.Census) {
+		for _, k := range analysis.CensusRows(*o.Census, *j.Census) {
 			ours, theirs := o.Census.Ops[k], j.Census.Ops[k]
 			row("  "+k, fmt.Sprint(ours), fmt.Sprint(theirs), compareRatio(float64(ours), float64(theirs)))
 		}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // referencePython is the repository's Python with JAX (.ci/run creates .venv), or "".
@@ -31,9 +31,9 @@ func referencePython() string {
 // techniques (bfloat16 compute, remat of MLP and attention, 4 micro-batches).
 func TestCompareAgreesWithJAX(t *testing.T) {
 	python := referencePython()
-	plugin := os.Getenv(ograph.EnvPlugin)
+	plugin := os.Getenv(platform.EnvPlugin)
 	if python == "" || plugin == "" {
-		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", ograph.EnvPlugin)
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", platform.EnvPlugin)
 	}
 	if testing.Short() {
 		t.Skip("compiles two train steps on each side (about 40 s)")
@@ -82,9 +82,9 @@ func TestCompareAgreesWithJAX(t *testing.T) {
 // the aliased state and the census come back for both, with build and compile times.
 func TestCompareMemoryOnly(t *testing.T) {
 	python := referencePython()
-	plugin := os.Getenv(ograph.EnvPlugin)
+	plugin := os.Getenv(platform.EnvPlugin)
 	if python == "" || plugin == "" {
-		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run)", ograph.EnvPlugin)
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run)", platform.EnvPlugin)
 	}
 	var out, progress bytes.Buffer
 	err := runCompare([]string{"--json", "--memory-only", "--backend", "xla:" + plugin, "--python", python,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 func init() {
@@ -23,7 +23,7 @@ func init() {
 }
 
 // envVars are the environment variables that change what onegpu does.
-var envVars = []string{ograph.EnvBackend, ograph.EnvPlugin, flags.EnvVar, "GOMLX_NO_AUTO_INSTALL",
+var envVars = []string{platform.EnvBackend, platform.EnvPlugin, flags.EnvVar, "GOMLX_NO_AUTO_INSTALL",
 	"PJRT_PLUGIN_LIBRARY_PATH", flags.CUDAChecksEnv, "TF_CPP_MIN_LOG_LEVEL", "GOGC", "GOMEMLIMIT", "GOMAXPROCS"}
 
 type envReport struct {
@@ -53,7 +53,7 @@ func runEnv(args []string, w io.Writer) error {
 			r.Environment[name] = v
 		}
 	}
-	spec, err := ograph.ResolveBackend("")
+	spec, err := platform.ResolveBackend("")
 	if err != nil {
 		r.BackendErr = err.Error()
 	} else {
@@ -101,7 +101,7 @@ func runEnv(args []string, w io.Writer) error {
 // cpuPluginVersion is the PyPI version of lammps-jax-pjrt-cpu onegpu is tested with.
 const cpuPluginVersion = "0.11.2"
 
-func describeBackendChoice(s ograph.BackendSpec) string {
+func describeBackendChoice(s platform.BackendSpec) string {
 	switch {
 	case s.Kind == "xla":
 		return fmt.Sprintf("XLA with the PJRT plugin %s (from %s)", s.Plugin, s.Source)
@@ -109,7 +109,7 @@ func describeBackendChoice(s ograph.BackendSpec) string {
 		return fmt.Sprintf("embedded pure-Go backend, parallel execution (from %s): faster, more memory", s.Source)
 	default:
 		return fmt.Sprintf("embedded pure-Go backend, one op at a time in creation order (from %s); "+
-			"for XLA set %s=/abs/path/plugin.so or pass --backend xla:/abs/path/plugin.so", s.Source, ograph.EnvPlugin)
+			"for XLA set %s=/abs/path/plugin.so or pass --backend xla:/abs/path/plugin.so", s.Source, platform.EnvPlugin)
 	}
 }
 

@@ -11,10 +11,11 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
+	"github.com/onegpu/onegpu/internal/panics"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/quant"
 	"github.com/onegpu/onegpu/train"
 )
@@ -117,11 +118,11 @@ func runEval(args []string, w io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	spec, err := ograph.ResolveBackend(*backendText)
+	spec, err := platform.ResolveBackend(*backendText)
 	if err != nil {
 		return err
 	}
-	backend, err := ograph.NewBackend(spec.String())
+	backend, err := platform.NewBackend(spec.String())
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func runEval(args []string, w io.Writer) (err error) {
 	var sum, count float64
 	for from := 0; from < ids.Rows(); from += *batch {
 		var outs []*tensors.Tensor
-		if err := ograph.CatchPanic(func() {
+		if err := panics.Catch(func() {
 			in := ids.Sequences(from, min(from+*batch, ids.Rows()))
 			var err error
 			if outs, err = exec.Exec(in[0], in[1]); err != nil {

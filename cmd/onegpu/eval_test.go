@@ -13,8 +13,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestEvalMatchesTransformers: `eval --hf DIR --tokens FILE.npy --json` on every committed fixture
@@ -30,8 +30,8 @@ func TestEvalMatchesTransformers(t *testing.T) {
 		tol                      float64
 		chunked                  bool
 	}
-	plugin := os.Getenv(ograph.EnvPlugin)
-	xla := plugin != "" && ograph.XLABuilt
+	plugin := os.Getenv(platform.EnvPlugin)
+	xla := plugin != "" && platform.XLABuilt
 	runs := []run{{"llama3_untied", "go", "bf16", 1e-2, false}}
 	if xla {
 		runs = append(runs, run{"llama3_untied", "xla:" + plugin, "float32", 1e-5, true})
@@ -73,8 +73,8 @@ func TestEvalMatchesTransformers(t *testing.T) {
 // TestEvalRefuses: missing flags, ids outside the vocabulary and a folder that is not a checkpoint
 // are errors naming the problem.
 func TestEvalRefuses(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fixture := filepath.Join("..", "..", "hf", "testdata", "llama3_untied")
 	bad := filepath.Join(t.TempDir(), "bad.npy")
 	if err := data.WriteNPYFile(bad, tensors.FromFlatDataAndDimensions([]int32{1, 2, 999}, 1, 3)); err != nil {
@@ -104,8 +104,8 @@ func TestEvalRefuses(t *testing.T) {
 // $ONEGPU_TRANSFORMERS_PYTHON names a Python with transformers, transformers loads OUT unchanged
 // and computes the same loss (1e-5 relative).
 func TestTrainHFRoundTrip(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	python := os.Getenv("ONEGPU_TRANSFORMERS_PYTHON")
 	for _, name := range testkit.HFFixtureNames(t) {
 		t.Run(name, func(t *testing.T) {
@@ -161,8 +161,8 @@ func TestTrainHFRoundTrip(t *testing.T) {
 // TestTrainHFRefuses: --init-hf with a --model of another family or a --preset of another shape,
 // and --export-hf of a model no Hugging Face family writes, are refused before any training.
 func TestTrainHFRefuses(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fixture := filepath.Join("..", "..", "hf", "testdata", "llama3_untied")
 	for _, c := range []struct {
 		args []string

@@ -13,11 +13,11 @@ import (
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/infer"
 	"github.com/onegpu/onegpu/internal/regularfile"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/tokenizer"
 	"github.com/onegpu/onegpu/train"
 )
@@ -159,11 +159,11 @@ func (f *generateFlags) run(stdout, stderr io.Writer) error {
 	if tok != nil && !f.ignoreEOS {
 		o.StopTokens = infer.IDs(tok.EOSTokens())
 	}
-	spec, err := ograph.ResolveBackend(f.backend)
+	spec, err := platform.ResolveBackend(f.backend)
 	if err != nil {
 		return err
 	}
-	backend, err := ograph.NewBackend(spec.String())
+	backend, err := platform.NewBackend(spec.String())
 	if err != nil {
 		return err
 	}

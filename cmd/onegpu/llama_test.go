@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestMemoryLlamaPresetsExact: `memory --model F --preset P --json` reports the published
@@ -20,8 +20,8 @@ import (
 // (one sequence, one micro-batch: the count does not depend on them; an 8B model's float32
 // weights alone would not fit this machine).
 func TestMemoryLlamaPresetsExact(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	published := map[string]float64{"tinyllama-1.1b": 1100048384, "llama-3.2-1b": 1235814400, "llama-3.1-8b": 8030261248,
 		"llama-3.1-70b": 70553706496, "llama-3.3-70b": 70553706496}
 	described := regexp.MustCompile(`\(([0-9,]+) parameters\)`)
@@ -62,8 +62,8 @@ func TestMemoryLlamaPresetsExact(t *testing.T) {
 // TestTrainLlamaTiny: `train --model llama --preset tiny` learns: the loss falls over 6 steps, and
 // the progress names the model.
 func TestTrainLlamaTiny(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runTrain([]string{"--model", "llama", "--preset", "tiny", "--steps", "6", "--batch", "8", "--microbatches", "2", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -84,8 +84,8 @@ func TestTrainLlamaTiny(t *testing.T) {
 // and the optimizer offloaded, the second at least as large, then streamed (the Llama runs as
 // stages) with Adam and 8-bit Adam within the device budget.
 func TestPlanLargestLlama(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--model", "llama", "--preset", "tiny", "--largest", "--budget", "2GiB", "--host", "1TiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -117,9 +117,9 @@ func TestPlanLargestLlama(t *testing.T) {
 // compiled step no larger than JAX's (measured 0.84x in float32, 0.64x with the techniques).
 func TestCompareLlamaAgreesWithJAX(t *testing.T) {
 	python := referencePython()
-	plugin := os.Getenv(ograph.EnvPlugin)
+	plugin := os.Getenv(platform.EnvPlugin)
 	if python == "" || plugin == "" {
-		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", ograph.EnvPlugin)
+		t.Skipf("needs ../../.venv/bin/python with JAX and $%s (both set up by .ci/run): the side-by-side with JAX is not run", platform.EnvPlugin)
 	}
 	if testing.Short() {
 		t.Skip("compiles two train steps on each side (about 60 s)")

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestTrainLoRA: train --lora (and --quantize-base nf4, --base-dtype bfloat16) trains the tiny
 // Llama's adapters: the loss falls, and QLoRA starts within 1% of LoRA (the same weights, then
 // quantized).
 func TestTrainLoRA(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	first := map[string]float64{}
 	for name, args := range map[string][]string{
 		"lora":  {"--lora", "rank=4,alpha=8,targets=q,k,v,o,gate,up,down"},
@@ -41,8 +41,8 @@ func TestTrainLoRA(t *testing.T) {
 // TestLoRAFlagErrors: the adapters' flags are checked before anything is built, in the flags'
 // words.
 func TestLoRAFlagErrors(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	for want, args := range map[string][]string{
 		"--quantize-base applies to a run with adapters on a frozen base: give --lora too": {"--quantize-base", "nf4"},
 		"--base-dtype applies to a run with adapters":                                      {"--base-dtype", "bfloat16"},

@@ -9,10 +9,13 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/audit"
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
+	"github.com/onegpu/onegpu/vjp"
 )
 
 func init() {
@@ -110,7 +113,7 @@ type memoryReport struct {
 	MatmulFLOPs   int64            `json:"matmul_flops"`
 	Breakdown     map[string]int64 `json:"breakdown_at_peak"`
 	Largest       []tensorJSON     `json:"largest_at_peak"`
-	// DTypeFindings are the audit's findings grouped (graph.GroupFindings), one line a group;
+	// DTypeFindings are the audit's findings grouped (audit.GroupFindings), one line a group;
 	// DTypeFindingCount counts the findings.
 	DTypeFindings     []string      `json:"dtype_findings"`
 	DTypeFindingCount int           `json:"dtype_finding_count"`
@@ -127,9 +130,9 @@ type memoryReport struct {
 	TimelineBlocks []timelineBlock `json:"timeline_blocks"`
 	// TimelineFile is the plot --timeline wrote.
 	TimelineFile    string `json:"timeline_file,omitempty"`
-	steps           []ograph.Step
+	steps           []analysis.Step
 	title           string
-	breakdownByKind map[ograph.Kind]int64
+	breakdownByKind map[analysis.Kind]int64
 	residualDetail  bool
 }
 
@@ -146,7 +149,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := ograph.ResolveBackend(o.backend)
+	spec, err := platform.ResolveBackend(o.backend)
 	if err != nil {
 		return nil, err
 	}
@@ -181,17 +184,17 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		step = withStockGradients(step)
 	}
 	ctx := context.New()
-	p, err := ograph.ContextProgram(backend, ctx, stepName, trainer.InputShapes(), step)
+	p, err := analysis.ContextProgram(backend, ctx, stepName, trainer.InputShapes(), step)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Graph.Finalize()
-	m := ograph.Analyze(p)
+	m := analysis.Analyze(p)
 	r := &memoryReport{Optimizer: o.optimizer, title: title(config), Offload: config.Offload.String(),
 		Backend: spec.String(), Model: describe(config), Policy: config.Policy.String(), Remat: config.Remat.String(),
 		MicroBatches: config.MicroBatches, Batch: config.Batch, Gradients: "onegpu", residualDetail: o.residualDetail, ArgumentBytes: m.ArgumentBytes, PeakBytes: m.PeakBytes,
 		PeakTempBytes: m.PeakTempBytes, FLOPs: m.FLOPs, MatmulFLOPs: m.MatmulFLOPs,
-		Breakdown: map[string]int64{}, breakdownByKind: map[ograph.Kind]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline, steps: m.Steps,
+		Breakdown: map[string]int64{}, breakdownByKind: map[analysis.Kind]int64{}, ExecutedNodes: m.ExecutedNodes, Timeline: m.Timeline, steps: m.Steps,
 		TimelineBlocks: timelineBlocks(m.Timeline, m.Steps),
 	}
 	if o.stockGradients {
@@ -213,7 +216,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 			r.Params += int64(n.Shape().Size())
 		}
 	}
-	for _, k := range ograph.Kinds() {
+	for _, k := range analysis.Kinds() {
 		r.breakdownByKind[k] = m.Breakdown[k]
 	}
 	r.Breakdown = breakdownJSON(r.breakdownByKind)
@@ -221,9 +224,9 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		r.Largest = append(r.Largest, tensorJSON{Label: t.Label(), Shape: t.Node.Shape().String(), Kind: t.Kind.String(), Bytes: t.Bytes})
 	}
 	r.DTypeFindings = []string{}
-	findings := ograph.Audit(p.Graph, p.Outputs)
+	findings := audit.Graph(p.Graph, p.Outputs)
 	r.DTypeFindingCount = len(findings)
-	for _, g := range ograph.GroupFindings(findings) {
+	for _, g := range audit.GroupFindings(findings) {
 		r.DTypeFindings = append(r.DTypeFindings, g.String())
 	}
 	if kinds, ok := config.Model.(interface{ RematKinds() []string }); ok && len(kinds.RematKinds()) > 0 {
@@ -235,7 +238,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	}
 	if spec.Kind == "xla" {
 		dumped := dumpedHLO(hloDir)
-		compiled, err := ograph.CompileProgram(p)
+		compiled, err := analysis.CompileProgram(p)
 		if err != nil {
 			return nil, err
 		}
@@ -269,7 +272,7 @@ type hostJSON struct {
 // analyzeHost builds the offloaded update on the embedded backend in ctx, where the device's step
 // was built, and accounts for what it holds.
 func analyzeHost(trainer *train.Trainer, ctx *context.Context) (*hostJSON, error) {
-	host, err := ograph.NewBackend("go")
+	host, err := platform.NewBackend("go")
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +282,7 @@ func analyzeHost(trainer *train.Trainer, ctx *context.Context) (*hostJSON, error
 		return nil, err
 	}
 	defer p.Graph.Finalize()
-	h := &hostJSON{PeakBytes: ograph.Analyze(p).PeakBytes}
+	h := &hostJSON{PeakBytes: analysis.Analyze(p).PeakBytes}
 	for _, n := range p.Graph.Nodes() {
 		if n.Type() != graph.NodeTypeParameter {
 			continue
@@ -312,7 +315,7 @@ type compiledJSON struct {
 	TotalBytes     int64  `json:"total_bytes"`
 	HLODir         string `json:"hlo_dir,omitempty"`
 	// Census counts the optimized HLO by op and element type.
-	Census *ograph.HLOCensus `json:"census,omitempty"`
+	Census *analysis.HLOCensus `json:"census,omitempty"`
 }
 
 func (r *memoryReport) writeText(w io.Writer) {
@@ -324,24 +327,24 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
 	fmt.Fprintf(w, "peak memory     %s = %s of inputs (weights, optimizer state, batch) + %s allocated by the step\n",
-		ograph.FormatBytes(r.PeakBytes), ograph.FormatBytes(r.ArgumentBytes), ograph.FormatBytes(r.PeakTempBytes))
+		analysis.FormatBytes(r.PeakBytes), analysis.FormatBytes(r.ArgumentBytes), analysis.FormatBytes(r.PeakTempBytes))
 	fmt.Fprintf(w, "peak reached at %s\n", r.PeakAt)
 	fmt.Fprintf(w, "FLOPs per step  %s (matmuls %.1f%%), %d ops executed\n", humanCount(r.FLOPs),
 		100*float64(r.MatmulFLOPs)/float64(max(r.FLOPs, 1)), r.ExecutedNodes)
-	fmt.Fprintf(w, "memory over the step (%s max): %s\n", ograph.FormatBytes(r.PeakBytes), sparkline(r.Timeline, 64))
+	fmt.Fprintf(w, "memory over the step (%s max): %s\n", analysis.FormatBytes(r.PeakBytes), sparkline(r.Timeline, 64))
 	if r.TimelineFile != "" {
 		fmt.Fprintf(w, "timeline plot:  %s\n", r.TimelineFile)
 	}
 	if x := r.XLA; x != nil {
 		fmt.Fprintf(w, "XLA compiled    %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
-			ograph.FormatBytes(x.TotalBytes), ograph.FormatBytes(x.ArgumentBytes), ograph.FormatBytes(x.OutputBytes), ograph.FormatBytes(x.AliasBytes),
-			ograph.FormatBytes(x.TemporaryBytes), ograph.FormatBytes(x.CodeBytes))
+			analysis.FormatBytes(x.TotalBytes), analysis.FormatBytes(x.ArgumentBytes), analysis.FormatBytes(x.OutputBytes), analysis.FormatBytes(x.AliasBytes),
+			analysis.FormatBytes(x.TemporaryBytes), analysis.FormatBytes(x.CodeBytes))
 		if x.HLODir != "" {
 			fmt.Fprintf(w, "HLO written to  %s (*%s*after_optimizations.txt is what runs)\n", x.HLODir, stepName)
 		}
 		if c := x.Census; c != nil {
 			fmt.Fprintf(w, "optimized HLO   %d instructions:", c.Instructions)
-			for i, k := range ograph.CensusRows(*c) {
+			for i, k := range analysis.CensusRows(*c) {
 				if i%4 == 0 {
 					fmt.Fprintf(w, "\n               ")
 				}
@@ -360,7 +363,7 @@ func (r *memoryReport) writeText(w io.Writer) {
 	}
 	for _, k := range shownKinds(r.breakdownByKind) {
 		b := r.breakdownByKind[k]
-		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, ograph.FormatBytes(b), 100*float64(b)/float64(max(atPeak, 1)),
+		fmt.Fprintf(w, "  %-16s %10s  %5.1f%%  %s\n", k, analysis.FormatBytes(b), 100*float64(b)/float64(max(atPeak, 1)),
 			strings.Repeat("█", int(40*b/max(atPeak, 1))))
 	}
 	if h := r.Host; h != nil {
@@ -369,13 +372,13 @@ func (r *memoryReport) writeText(w io.Writer) {
 			name  string
 			bytes int64
 		}{{"parameters", h.Parameters}, {"gradients", h.Gradients}, {"optimizer_state", h.OptimizerState}, {"update peak", h.PeakBytes}} {
-			fmt.Fprintf(w, "  %-16s %10s\n", row.name, ograph.FormatBytes(row.bytes))
+			fmt.Fprintf(w, "  %-16s %10s\n", row.name, analysis.FormatBytes(row.bytes))
 		}
 	}
 	fmt.Fprintln(w, "\nlargest buffers alive at the peak:")
 	fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", "value", "shape", "kind", "bytes")
 	for _, t := range r.Largest {
-		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, ograph.FormatBytes(t.Bytes))
+		fmt.Fprintf(w, "  %-22s %-28s %-16s %10s\n", t.Label, t.Shape, t.Kind, analysis.FormatBytes(t.Bytes))
 	}
 	if r.Residuals != nil {
 		fmt.Fprintf(w, "\nwhat the backward pass keeps from each block's forward pass (remat %s):\n", r.Remat)
@@ -399,10 +402,10 @@ func (r *memoryReport) writeText(w io.Writer) {
 
 // shownKinds are the kinds a report shows of breakdown: all but frozen weights, which only the runs
 // that have them (adapters on a frozen base) show.
-func shownKinds(breakdown map[ograph.Kind]int64) []ograph.Kind {
-	var kinds []ograph.Kind
-	for _, k := range ograph.Kinds() {
-		if k != ograph.FrozenWeights || breakdown[k] != 0 {
+func shownKinds(breakdown map[analysis.Kind]int64) []analysis.Kind {
+	var kinds []analysis.Kind
+	for _, k := range analysis.Kinds() {
+		if k != analysis.FrozenWeights || breakdown[k] != 0 {
 			kinds = append(kinds, k)
 		}
 	}
@@ -410,7 +413,7 @@ func shownKinds(breakdown map[ograph.Kind]int64) []ograph.Kind {
 }
 
 // breakdownJSON is breakdown by the names of the kinds shown (shownKinds).
-func breakdownJSON(breakdown map[ograph.Kind]int64) map[string]int64 {
+func breakdownJSON(breakdown map[analysis.Kind]int64) map[string]int64 {
 	out := map[string]int64{}
 	for _, k := range shownKinds(breakdown) {
 		out[k.String()] = breakdown[k]
@@ -421,7 +424,7 @@ func breakdownJSON(breakdown map[ograph.Kind]int64) map[string]int64 {
 // withStockGradients makes a step build its gradients with GoMLX's own rules.
 func withStockGradients(step func(*context.Context, []*graph.Node) []*graph.Node) func(*context.Context, []*graph.Node) []*graph.Node {
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
-		ograph.UseStockGradients(inputs[0].Graph())
+		vjp.UseStock(inputs[0].Graph())
 		return step(ctx, inputs)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -38,12 +38,12 @@ func (r *memoryReport) addDevices(trainer *train.Trainer) error {
 		SingleDeviceBreakdown: r.Breakdown,
 		XLAPerDevice: &compiledJSON{ArgumentBytes: c.ArgumentBytes, OutputBytes: c.OutputBytes, AliasBytes: c.AliasBytes,
 			TemporaryBytes: c.TemporaryBytes, CodeBytes: c.CodeBytes, TotalBytes: c.TotalBytes()}}
-	whole := map[ograph.Kind]int64{}
-	for _, k := range ograph.Kinds() {
+	whole := map[analysis.Kind]int64{}
+	for _, k := range analysis.Kinds() {
 		whole[k] = r.breakdownByKind[k]
 	}
 	perDevice := dp.PerDeviceBreakdown(whole)
-	for _, k := range ograph.Kinds() {
+	for _, k := range analysis.Kinds() {
 		r.breakdownByKind[k] = perDevice[k]
 	}
 	r.Breakdown = breakdownJSON(r.breakdownByKind)
@@ -59,7 +59,7 @@ func (d *devicesJSON) writeText(w io.Writer) {
 	fmt.Fprintf(w, "on %d devices, --shard %s (XLA's SPMD partitioner), one device holds:\n", d.Count, d.Shard)
 	fmt.Fprintf(w, "  %-22s %12s %12s %7s\n", "", "one device", "of 1 device", "ratio")
 	row := func(name string, part, whole int64) {
-		fmt.Fprintf(w, "  %-22s %12s %12s %6.2fx\n", name, ograph.FormatBytes(part), ograph.FormatBytes(whole), float64(part)/float64(max(whole, 1)))
+		fmt.Fprintf(w, "  %-22s %12s %12s %6.2fx\n", name, analysis.FormatBytes(part), analysis.FormatBytes(whole), float64(part)/float64(max(whole, 1)))
 	}
 	row("parameters", d.StatePerDevice.Params, d.StateTotal.Params)
 	if d.StateTotal.FrozenWeights > 0 {
@@ -68,8 +68,8 @@ func (d *devicesJSON) writeText(w io.Writer) {
 	row("optimizer state", d.StatePerDevice.OptimizerState, d.StateTotal.OptimizerState)
 	row("other state", d.StatePerDevice.Other, d.StateTotal.Other)
 	fmt.Fprintf(w, "XLA compiled, per device: %s = arguments %s + outputs %s - aliased %s + temporary %s + code %s\n",
-		ograph.FormatBytes(d.XLAPerDevice.TotalBytes), ograph.FormatBytes(d.XLAPerDevice.ArgumentBytes), ograph.FormatBytes(d.XLAPerDevice.OutputBytes),
-		ograph.FormatBytes(d.XLAPerDevice.AliasBytes), ograph.FormatBytes(d.XLAPerDevice.TemporaryBytes), ograph.FormatBytes(d.XLAPerDevice.CodeBytes))
+		analysis.FormatBytes(d.XLAPerDevice.TotalBytes), analysis.FormatBytes(d.XLAPerDevice.ArgumentBytes), analysis.FormatBytes(d.XLAPerDevice.OutputBytes),
+		analysis.FormatBytes(d.XLAPerDevice.AliasBytes), analysis.FormatBytes(d.XLAPerDevice.TemporaryBytes), analysis.FormatBytes(d.XLAPerDevice.CodeBytes))
 	fmt.Fprintf(w, "(the breakdown below is one device's share of the single-device estimate: weights and optimizer state by\n"+
 		" their shards, gradients like the weights under --shard params, activations by the batch split)\n\n")
 }

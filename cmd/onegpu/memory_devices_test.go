@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestMemoryDevicesNeedXLA: the embedded backend has one device; asking for two says what to use.
 func TestMemoryDevicesNeedXLA(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	err := runMemory([]string{"--model", "gpt", "--preset", "tiny", "--devices", "2"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--devices 2") || !strings.Contains(err.Error(), "XLA PJRT plugin") {
 		t.Errorf("memory --devices 2 on the embedded backend: error %v, want one naming --devices 2 and the XLA plugin", err)
@@ -24,9 +24,9 @@ func TestMemoryDevicesNeedXLA(t *testing.T) {
 // device holds a quarter of Adam's moments and all of the weights, by the shapes of the shards
 // and by XLA's own account of the partitioned step's arguments.
 func TestMemoryDevicesJSON(t *testing.T) {
-	plugin := os.Getenv(ograph.EnvPlugin)
+	plugin := os.Getenv(platform.EnvPlugin)
 	if plugin == "" {
-		t.Skipf("needs an XLA PJRT plugin: set $%s", ograph.EnvPlugin)
+		t.Skipf("needs an XLA PJRT plugin: set $%s", platform.EnvPlugin)
 	}
 	var out bytes.Buffer
 	err := runMemory([]string{"--model", "gpt", "--preset", "tiny", "--microbatches", "1", "--policy", "float32",

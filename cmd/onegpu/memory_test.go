@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 func TestMemoryJSON(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var ours, stock map[string]any
 	for _, c := range []struct {
 		args []string
@@ -50,8 +50,8 @@ func TestMemoryJSON(t *testing.T) {
 }
 
 func TestMemoryText(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runMemory([]string{"--batch", "64"}, &out); err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestMemoryBadInput(t *testing.T) {
 }
 
 func TestEnv(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "go:parallelism=8")
+	t.Setenv(platform.EnvBackend, "go:parallelism=8")
 	var out bytes.Buffer
 	if err := runEnv([]string{"--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -90,14 +90,14 @@ func TestEnv(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Backend != "go:parallelism=8" || !strings.Contains(r.BackendWhy, "$GOMLX_BACKEND") || r.Environment[ograph.EnvBackend] != "go:parallelism=8" {
+	if r.Backend != "go:parallelism=8" || !strings.Contains(r.BackendWhy, "$GOMLX_BACKEND") || r.Environment[platform.EnvBackend] != "go:parallelism=8" {
 		t.Errorf("env does not explain the backend chosen from $GOMLX_BACKEND: %+v", r)
 	}
 }
 
 func TestTrainJSON(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runTrain([]string{"--steps", "3", "--json", "--remat", "block", "--microbatches", "2"}, &out); err != nil {
 		t.Fatal(err)
@@ -118,8 +118,8 @@ func TestTrainJSON(t *testing.T) {
 }
 
 func TestTrainBadInput(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "") // the embedded backend: it refuses float16
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "") // the embedded backend: it refuses float16
+	t.Setenv(platform.EnvPlugin, "")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -144,8 +144,8 @@ func TestTrainBadInput(t *testing.T) {
 // micro-batch and recomputation are one line each that counts them and says where, and the whole
 // audit takes at most 15 lines.
 func TestMemoryAuditGrouped(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runMemory([]string{"--model", "gpt", "--preset", "tutorial"}, &out); err != nil {
 		t.Fatal(err)

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // smallMemoryReport returns a function that runs `onegpu memory --json` on the small GPT on the
 // embedded backend with more flags.
 func smallMemoryReport(t *testing.T) func(args ...string) memoryReport {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	return func(args ...string) memoryReport {
 		var out bytes.Buffer
 		if err := runMemory(append([]string{"--model", "gpt", "--preset", "small", "--json"}, args...), &out); err != nil {

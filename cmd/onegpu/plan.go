@@ -12,7 +12,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/train"
@@ -168,11 +168,11 @@ func runPlan(args []string, w io.Writer) (err error) {
 		return writeJSON(w, out)
 	}
 	fmt.Fprintf(w, "plan for %s\nbudget %s; memory from %s; time from FLOPs at %g (f32) / %g (bf16) TFLOP/s\n\n",
-		describe(base), ograph.FormatBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
+		describe(base), analysis.FormatBytes(budget), memorySource(spec.Kind == "xla"), *tflopsF32, *tflopsBF16)
 	if best >= 0 {
 		b := rows[best]
 		fmt.Fprintf(w, "fastest that fits: %s compute, remat %s, %d micro-batches: %s, about %.3f s per step\n",
-			b.Compute, b.Remat, b.MicroBatches, ograph.FormatBytes(b.Memory()), b.Seconds)
+			b.Compute, b.Remat, b.MicroBatches, analysis.FormatBytes(b.Memory()), b.Seconds)
 		fmt.Fprintf(w, "optimizer:         %s\n", describeState(state))
 		if _, ok := base.Model.(train.LanguageModel); ok {
 			fmt.Fprintf(w, "attention, loss:   %s (%s)\n", chunking, chunking.Flags())
@@ -192,11 +192,11 @@ func runPlan(args []string, w io.Writer) (err error) {
 		if smallest.ArgumentBytes > budget { // the search stopped at one estimate: see plan.SearchLadder
 			fmt.Fprintf(w, "nothing fits, even with %s: the parameters, the optimizer's state and one batch alone take %s, %s more than the budget;\n"+
 				"choose a smaller --preset or --batch, or a larger device\n\n",
-				with, ograph.FormatBytes(smallest.ArgumentBytes), ograph.FormatBytes(smallest.ArgumentBytes-budget))
+				with, analysis.FormatBytes(smallest.ArgumentBytes), analysis.FormatBytes(smallest.ArgumentBytes-budget))
 		} else {
 			fmt.Fprintf(w, "nothing fits, even with %s: the smallest configuration (%s) needs %s, %s more than the budget;\n"+
 				"use more micro-batches (--batch must stay divisible), a smaller --preset or --seq, or a larger device\n\n",
-				with, smallest.Variant, ograph.FormatBytes(smallest.Memory()), ograph.FormatBytes(smallest.Memory()-budget))
+				with, smallest.Variant, analysis.FormatBytes(smallest.Memory()), analysis.FormatBytes(smallest.Memory()-budget))
 		}
 	}
 	fmt.Fprintln(w, "Pareto front (no other configuration is both faster and smaller):")
@@ -207,7 +207,7 @@ func runPlan(args []string, w io.Writer) (err error) {
 			if r.Fits {
 				fits = "yes"
 			}
-			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.Memory()), r.Seconds, fits)
+			fmt.Fprintf(w, "  %-8s %-9s %3d %12s %9.3fs %s\n", r.Compute, r.Remat, r.MicroBatches, analysis.FormatBytes(r.Memory()), r.Seconds, fits)
 		}
 	}
 	return nil
@@ -316,11 +316,11 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 	if header == "" {
 		header = "largest GPT of the tutorial's shape (head dim 128, MLP ×4, sequence 512, batch 64)"
 	}
-	fmt.Fprintf(w, "%s whose step fits %s\n(memory from %s):\n\n", header, ograph.FormatBytes(budget), memorySource(compile))
+	fmt.Fprintf(w, "%s whose step fits %s\n(memory from %s):\n\n", header, analysis.FormatBytes(budget), memorySource(compile))
 	fmt.Fprintf(w, "  %-55s %6s %6s %16s %10s  %s\n", "options", "layers", "hidden", "parameters", "memory", "settings")
 	for i, r := range rows {
 		if i == 2 {
-			fmt.Fprintf(w, "\nstreamed (--offload params): the device holds a stage at a time, the host %s of master weights, optimizer state and gradients:\n", ograph.FormatBytes(st.host))
+			fmt.Fprintf(w, "\nstreamed (--offload params): the device holds a stage at a time, the host %s of master weights, optimizer state and gradients:\n", analysis.FormatBytes(st.host))
 		}
 		if !r.Fits {
 			fmt.Fprintf(w, "  %-55s nothing fits\n", r.Options.Name)
@@ -328,12 +328,12 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 		}
 		if r.Step != nil {
 			fmt.Fprintf(w, "  %-55s %6d %6d %16s %10s  host %s, %s compute, remat %s, %d micro-batches; step ~%.1f s, bound by %s\n", r.Options.Name, r.Layers, r.Hidden,
-				groupDigits(r.Params), ograph.FormatBytes(r.Memory), ograph.FormatBytes(r.HostMemory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches,
+				groupDigits(r.Params), analysis.FormatBytes(r.Memory), analysis.FormatBytes(r.HostMemory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches,
 				r.Step.Seconds, r.Step.Bound)
 			continue
 		}
 		fmt.Fprintf(w, "  %-55s %6d %6d %16s %10s  %s compute, remat %s, %d micro-batches\n", r.Options.Name, r.Layers, r.Hidden,
-			groupDigits(r.Params), ograph.FormatBytes(r.Memory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches)
+			groupDigits(r.Params), analysis.FormatBytes(r.Memory), r.Variant.Compute, r.Variant.Remat, r.Variant.MicroBatches)
 	}
 	if ratio > 0 {
 		fmt.Fprintf(w, "\nwith 8-bit Adam and the optimizer offloaded, %.2fx the parameters fit\n", ratio)

@@ -6,8 +6,9 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -34,8 +35,8 @@ type devicePlan struct {
 
 // planDevices answers with a device count: the fewest of up to maxDevices devices whose share of
 // the step fits the budget, and how to use each count.
-func planDevices(w io.Writer, backend backends.Backend, spec ograph.BackendSpec, base train.Config, budget int64, rate plan.Throughput, maxDevices int, asJSON bool) error {
-	embedded, err := ograph.NewBackend("go") // the estimate is the same on every backend, and quickest built here
+func planDevices(w io.Writer, backend backends.Backend, spec platform.BackendSpec, base train.Config, budget int64, rate plan.Throughput, maxDevices int, asJSON bool) error {
+	embedded, err := platform.NewBackend("go") // the estimate is the same on every backend, and quickest built here
 	if err != nil {
 		return err
 	}
@@ -62,19 +63,19 @@ func planDevices(w io.Writer, backend backends.Backend, spec ograph.BackendSpec,
 		"budget %s per device; memory per device from the sequential-execution estimate, each kind by its share\n"+
 		"(activations split with the batch; weights, gradients and optimizer state as --shard splits them);\n"+
 		"time from FLOPs split over the devices at %g (f32) / %g (bf16) TFLOP/s, without the collectives\n\n",
-		describe(base), maxDevices, ograph.FormatBytes(budget), rate.Float32, rate.BFloat16)
+		describe(base), maxDevices, analysis.FormatBytes(budget), rate.Float32, rate.BFloat16)
 	if f := out.Fewest; f != nil {
 		for _, r := range out.XLARefused {
 			fmt.Fprintf(w, "tried %s, %s, remat %s, k=%d: XLA's compiled total per device is %s, over the budget\n",
-				devicesAndShard(r.DeviceCandidate), r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.XLABytes))
+				devicesAndShard(r.DeviceCandidate), r.Compute, r.Remat, r.MicroBatches, analysis.FormatBytes(r.XLABytes))
 		}
 		if len(out.XLARefused) > 0 && out.XLAPerDeviceBytes == 0 {
 			fmt.Fprintf(w, "XLA refused the %d candidates it compiled: the answer below is the estimate's, unconfirmed (leave XLA more room: a larger --budget)\n", len(out.XLARefused))
 		}
 		fmt.Fprintf(w, "fewest devices: %s, %s compute, remat %s, %d micro-batches: %s per device, about %.3f s per step\n",
-			devicesAndShard(*f), f.Compute, f.Remat, f.MicroBatches, ograph.FormatBytes(f.PerDeviceBytes), f.Seconds)
+			devicesAndShard(*f), f.Compute, f.Remat, f.MicroBatches, analysis.FormatBytes(f.PerDeviceBytes), f.Seconds)
 		if out.XLAPerDeviceBytes > 0 {
-			fmt.Fprintf(w, "  XLA's compiled total for one device of it: %s\n", ograph.FormatBytes(out.XLAPerDeviceBytes))
+			fmt.Fprintf(w, "  XLA's compiled total for one device of it: %s\n", analysis.FormatBytes(out.XLAPerDeviceBytes))
 		}
 	} else {
 		fmt.Fprintf(w, "nothing fits on %d devices: use a smaller --preset, a larger budget or more devices\n", maxDevices)
@@ -86,7 +87,7 @@ func planDevices(w io.Writer, backend backends.Backend, spec ograph.BackendSpec,
 		if !r.Fits {
 			fits = "no (the smallest on this count)"
 		}
-		fmt.Fprintf(w, "  %-7d %-9s %-8s %-9s %3d %12s %9.3fs %s\n", r.Devices, r.Shard, r.Compute, r.Remat, r.MicroBatches, ograph.FormatBytes(r.PerDeviceBytes), r.Seconds, fits)
+		fmt.Fprintf(w, "  %-7d %-9s %-8s %-9s %3d %12s %9.3fs %s\n", r.Devices, r.Shard, r.Compute, r.Remat, r.MicroBatches, analysis.FormatBytes(r.PerDeviceBytes), r.Seconds, fits)
 	}
 	return nil
 }
@@ -130,7 +131,7 @@ func (p *devicePlan) answer(rows []plan.DeviceCandidate, compiled func(plan.Devi
 
 // compiledPerDevice returns a function that compiles a candidate's step partitioned across its
 // devices on backend and returns XLA's total for one device; nil unless backend is XLA's.
-func compiledPerDevice(backend backends.Backend, spec ograph.BackendSpec, base train.Config) func(plan.DeviceCandidate) (int64, bool, error) {
+func compiledPerDevice(backend backends.Backend, spec platform.BackendSpec, base train.Config) func(plan.DeviceCandidate) (int64, bool, error) {
 	if spec.Kind != "xla" {
 		return nil
 	}

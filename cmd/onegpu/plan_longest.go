@@ -6,7 +6,7 @@ import (
 	"os"
 	"strconv"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/plan"
 	"github.com/onegpu/onegpu/recipes"
 )
@@ -84,7 +84,7 @@ func planLongest(w io.Writer, s *setup, set map[string]bool, budgetText string, 
 		return writeJSON(w, out)
 	}
 	fmt.Fprintf(w, "longest sequence whose train step fits %s (memory from %s), with %s\n(the run, its sequence varied: %s):\n\n",
-		ograph.FormatBytes(budget), memorySource(compile), describeState(plan.StateOptions{Optimizer: s.optimizer, Offload: s.offload}), config)
+		analysis.FormatBytes(budget), memorySource(compile), describeState(plan.StateOptions{Optimizer: s.optimizer, Offload: s.offload}), config)
 	fmt.Fprintf(w, "  %-22s %-16s %10s %12s\n", "attention", "cross-entropy", "longest", "memory")
 	for _, r := range rows {
 		if !r.Fits {
@@ -95,7 +95,7 @@ func planLongest(w io.Writer, s *setup, set map[string]bool, budgetText string, 
 		if r.Bound != "" {
 			bound = "  (no longer: " + r.Bound + ")"
 		}
-		fmt.Fprintf(w, "  %-22s %-16s %10d %12s%s\n", longestAttention(r), r.CrossEntropy, r.Seq, ograph.FormatBytes(r.Memory), bound)
+		fmt.Fprintf(w, "  %-22s %-16s %10d %12s%s\n", longestAttention(r), r.CrossEntropy, r.Seq, analysis.FormatBytes(r.Memory), bound)
 	}
 	if best < 0 {
 		fmt.Fprintf(w, "\nnot even %d tokens fit: use a larger budget, a smaller model or 8-bit Adam (--optimizer adam8bit)\n", plan.SeqStep)

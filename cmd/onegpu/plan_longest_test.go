@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestPlanLongest: plan --longest on the tiny GPT answers in JSON the longest sequence and the
 // options that fit it, at least 4 times what plain attention and loss allow, and the same length
 // for those options fixed by the flags.
 func TestPlanLongest(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	type row struct {
 		Seq          int    `json:"seq"`
 		Attention    string `json:"attention"`

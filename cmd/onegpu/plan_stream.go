@@ -13,8 +13,9 @@ import (
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/optim/hostengine"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -113,7 +114,7 @@ func measureHostRates(names []string) (map[string]float64, error) {
 
 // writeStreamed prints a streamed step's estimate against the budgets (0: not given).
 func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
-	b := ograph.FormatBytes
+	b := analysis.FormatBytes
 	fits := func(need, have int64) string {
 		if have <= 0 {
 			return ""
@@ -184,7 +185,7 @@ func planStreamed(w io.Writer, s *setup, sf *streamFlags, budgetText string, rat
 		}{describe(config), spec.String(), budget, host, est.DeviceBytes <= budget && est.HostBytes <= host, est})
 	}
 	fmt.Fprintf(w, "plan for %s, streamed\nbudget %s on the device, %s on the host; time from FLOPs at %g (f32) / %g (bf16) TFLOP/s\n\n",
-		describe(config), ograph.FormatBytes(budget), ograph.FormatBytes(host), rate.Float32, rate.BFloat16)
+		describe(config), analysis.FormatBytes(budget), analysis.FormatBytes(host), rate.Float32, rate.BFloat16)
 	writeStreamed(w, est, budget, host)
 	return nil
 }
@@ -229,14 +230,14 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 
 // estimateStreamed estimates the streamed step of the run s describes (plan.EstimateStreamed) at
 // the device throughput rate, against budget bytes of device memory (0: none), on s's backend.
-func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput, budget int64) (train.Config, ograph.BackendSpec, plan.Streamed, error) {
+func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput, budget int64) (train.Config, platform.BackendSpec, plan.Streamed, error) {
 	config, err := s.config()
 	if err != nil {
-		return config, ograph.BackendSpec{}, plan.Streamed{}, err
+		return config, platform.BackendSpec{}, plan.Streamed{}, err
 	}
 	so, err := sf.options(rate, optimizerName(config.Optimizer))
 	if err != nil {
-		return config, ograph.BackendSpec{}, plan.Streamed{}, err
+		return config, platform.BackendSpec{}, plan.Streamed{}, err
 	}
 	so.DeviceBudget = budget
 	backend, spec, err := s.newBackend()

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestPlanStreamed: plan and memory with --offload params report the streamed step's device and
 // host bytes against the budgets, with the step's time and bound.
 func TestPlanStreamed(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--preset", "tiny", "--offload", "params", "--budget", "1GiB", "--host", "1GiB", "--backend", "go", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -44,8 +44,8 @@ func TestPlanStreamed(t *testing.T) {
 // TestPlanLargestStreamed: plan --largest lists the streamed rows after the tutorial's two, with
 // "offload": "params" and their optimizer, each larger than every on-device answer.
 func TestPlanLargestStreamed(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--largest", "--budget", "24GiB", "--host", "128GiB", "--backend", "go", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -73,8 +73,8 @@ func TestPlanLargestStreamed(t *testing.T) {
 
 // TestStreamFlagsRefused: the streamed flags where nothing streams, and values that cannot be.
 func TestStreamFlagsRefused(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "") // the embedded backend: XLA would compile every size
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "") // the embedded backend: XLA would compile every size
+	t.Setenv(platform.EnvPlugin, "")
 	for _, c := range []struct {
 		run  func([]string, *bytes.Buffer) error
 		args []string
@@ -105,8 +105,8 @@ func memoryRun(args []string, out *bytes.Buffer) error { return runMemory(args, 
 // 8-bit Adam, as streamed rows of its largest list;
 // memory --offload params shows how Llama-3.1-8B fits.
 func TestPlanLargestLlamaStreamed(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--largest", "--model", "llama", "--budget", "24GiB", "--host", "128GiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -139,8 +139,8 @@ func TestPlanLargestLlamaStreamed(t *testing.T) {
 // run's optimizer on this machine (the embedded backend here) instead of taking the default, and
 // a number is taken as given.
 func TestPlanStreamedMeasuresHostRate(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	t.Setenv("ONEGPU_HOST_PJRT_PLUGIN", "")
 	for _, c := range []struct {
 		rate string

@@ -10,15 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
-
 	"github.com/onegpu/onegpu/plan"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/recipes"
 )
 
 func TestPlan(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--preset", "tiny", "--budget", "6MiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -104,8 +103,8 @@ func FuzzParseBytes(f *testing.F) {
 
 // TestPlanHugeBudget: the largest budget, 8EiB, plans: every configuration fits.
 func TestPlanHugeBudget(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer // --batch 1: one micro-batch count, so 10 configurations to build
 	if err := runPlan([]string{"--preset", "tiny", "--batch", "1", "--budget", "8EiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -130,8 +129,8 @@ func TestPlanHugeBudget(t *testing.T) {
 // TestPlanLargestBounded: plan --largest answers a terabyte in a logarithmic number of model
 // sizes (it took 898 s building every size in full), and an 8EiB budget as unbounded.
 func TestPlanLargestBounded(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--largest", "--budget", "1TiB", "--host", "1TiB", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -154,8 +153,8 @@ func TestPlanLargestBounded(t *testing.T) {
 // TestPlanManyDevices: --devices far past the batch plans over the batch's divisors only (it
 // looped over every count up to 10^12).
 func TestPlanManyDevices(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runPlan([]string{"--preset", "tiny", "--batch", "4", "--devices", "1000000000000", "--json"}, &out); err != nil {
 		t.Fatal(err)
@@ -173,9 +172,9 @@ func TestPlanManyDevices(t *testing.T) {
 // cannot meet is met on more, and each count shows its fastest configuration. On an XLA backend
 // with the devices, the answer is compiled partitioned and XLA's figure for one device decides.
 func TestPlanDevices(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	plugin := os.Getenv(ograph.EnvPlugin)
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	plugin := os.Getenv(platform.EnvPlugin)
+	t.Setenv(platform.EnvPlugin, "")
 	const budget = 2500 << 10 // the smallest step on one device needs 2.8 MiB
 	var out bytes.Buffer
 	if err := runPlan([]string{"--preset", "tiny", "--batch", "8", "--devices", "4", "--budget", "2500KiB", "--json"}, &out); err != nil {
@@ -256,11 +255,11 @@ func btoi(b bool) int {
 // checkPlanOnXLA: on the XLA plugin a candidate on 2 devices is compiled, partitioned, and XLA's
 // figure for one device confirms it.
 func checkPlanOnXLA(t *testing.T, plugin string) {
-	spec, err := ograph.ResolveBackend("xla:" + plugin)
+	spec, err := platform.ResolveBackend("xla:" + plugin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend, err := ograph.NewBackendFromSpec(spec)
+	backend, err := platform.NewBackendFromSpec(spec)
 	if err != nil {
 		t.Fatal(err)
 	}

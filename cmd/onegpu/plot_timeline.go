@@ -11,10 +11,10 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 )
 
-// timelineBlock is a run of consecutive ops of one block of the step (ograph.Step.Block).
+// timelineBlock is a run of consecutive ops of one block of the step (analysis.Step.Block).
 type timelineBlock struct {
 	Block     string `json:"block"`
 	FirstOp   int    `json:"first_op"`
@@ -23,7 +23,7 @@ type timelineBlock struct {
 }
 
 // timelineBlocks groups a timeline's ops into runs of the same block, with each run's peak.
-func timelineBlocks(timeline []int64, steps []ograph.Step) []timelineBlock {
+func timelineBlocks(timeline []int64, steps []analysis.Step) []timelineBlock {
 	var blocks []timelineBlock
 	for i, s := range steps {
 		if n := len(blocks); n == 0 || blocks[n-1].Block != s.Block {
@@ -79,7 +79,7 @@ func kindOf(section string) string {
 // file, as PyTorch's memory visualizer draws a step: one background band per block (shaded by
 // phase: forward, loss, backward, optimizer; the wide ones named), the line colored where the ops
 // compute attention or the loss, and the peak marked. It returns the largest value it drew.
-func plotTimeline(file, title string, timeline []int64, steps []ograph.Step) (int64, error) {
+func plotTimeline(file, title string, timeline []int64, steps []analysis.Step) (int64, error) {
 	if len(timeline) == 0 || len(timeline) != len(steps) {
 		return 0, fmt.Errorf("plotting the timeline: %d values for %d ops", len(timeline), len(steps))
 	}
@@ -159,7 +159,7 @@ func plotTimeline(file, title string, timeline []int64, steps []ograph.Step) (in
 	}
 	mark.GlyphStyle.Color, mark.GlyphStyle.Radius, mark.GlyphStyle.Shape = color.Black, vg.Points(3), draw.CircleGlyph{}
 	p.Add(mark)
-	p.Legend.Add(fmt.Sprintf("peak %s (%s)", ograph.FormatBytes(peak), steps[peakAt].Section), mark)
+	p.Legend.Add(fmt.Sprintf("peak %s (%s)", analysis.FormatBytes(peak), steps[peakAt].Section), mark)
 	p.Legend.Top, p.Legend.Left = true, false
 	p.X.Min, p.X.Max = 0, float64(len(timeline))
 	p.Y.Min, p.Y.Max = 0, top*1.12

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestMemoryTimeline: memory --timeline writes a PNG of the step's live bytes whose largest value
@@ -17,8 +17,8 @@ import (
 // blocks' recomputations in reverse and the optimizer's update; with chunked attention and loss
 // at sequence 1024 the peak is lower.
 func TestMemoryTimeline(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := t.TempDir()
 	report := func(file string, extra ...string) *memoryReport {
 		o := memoryOptions{timeline: file}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
@@ -239,8 +239,8 @@ func withPeak(s optim.Schedule, lr float64) (optim.Schedule, error) {
 }
 
 // newBackend creates the chosen backend with the XLA presets.
-func (s *setup) newBackend() (backends.Backend, ograph.BackendSpec, error) {
-	spec, err := ograph.ResolveBackend(s.backend)
+func (s *setup) newBackend() (backends.Backend, platform.BackendSpec, error) {
+	spec, err := platform.ResolveBackend(s.backend)
 	if err != nil {
 		return nil, spec, err
 	}
@@ -248,7 +248,7 @@ func (s *setup) newBackend() (backends.Backend, ograph.BackendSpec, error) {
 		return nil, spec, fmt.Errorf("--xla-preset %s does not apply: the backend is %s (from %s), which has no XLA; "+
 			"use --backend xla:/abs/path/plugin.so, or drop it", s.xlaPresets.String(), spec, spec.Source)
 	}
-	b, err := ograph.NewBackendWithOptions(spec, ograph.XLAOptions{Presets: []flags.Preset(s.xlaPresets)})
+	b, err := platform.NewBackendWithOptions(spec, platform.XLAOptions{Presets: []flags.Preset(s.xlaPresets)})
 	return b, spec, err
 }
 

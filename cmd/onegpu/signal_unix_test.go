@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // TestInterruptStopsTheRun: SIGINT closes the run's stop channel (train.Run then saves and returns
@@ -35,8 +35,8 @@ func TestInterruptStopsTheRun(t *testing.T) {
 // is killed, not left running) and the comparison, and the temporary folder under $TMPDIR is
 // removed (before: the process died at once and left onegpu-compare-*).
 func TestCompareRemovesItsFolderOnSIGTERM(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	marks := t.TempDir()

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"syscall"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/hostmemory"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -234,11 +235,11 @@ func finiteSteps(h *train.History) *train.History {
 	return &out
 }
 
-// checkMemory refuses a step whose estimated peak (graph.Analyze of the train step, what `onegpu
+// checkMemory refuses a step whose estimated peak (analysis.Analyze of the train step, what `onegpu
 // memory` prints) plus its data does not fit in the memory the backend has: the machine's
 // available RAM for the embedded backend. On XLA only the data is compared with the host's RAM:
 // the device's free memory is not known before the client allocates.
-func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
+func checkMemory(t *train.Trainer, spec platform.BackendSpec) error {
 	available, ok := availableRAM()
 	if !ok {
 		return nil
@@ -248,7 +249,7 @@ func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
 	if params, ok := paramsOf(t.Config.Model); ok && (spec.Kind != "xla" || t.Config.Offload != train.OffloadNone) {
 		if weights := params * int64(t.Config.Policy.Param.Size()); weights > available {
 			return fmt.Errorf("the model's %s parameters alone need %s in %s, this machine has %s available: it would run out of memory; choose a smaller model",
-				groupDigits(params), ograph.FormatBytes(weights), strings.ToLower(t.Config.Policy.Param.String()), ograph.FormatBytes(available))
+				groupDigits(params), analysis.FormatBytes(weights), strings.ToLower(t.Config.Policy.Param.String()), analysis.FormatBytes(available))
 		}
 	}
 	need, dataBytes, err := stepBytes(t)
@@ -262,7 +263,7 @@ func checkMemory(t *train.Trainer, spec ograph.BackendSpec) error {
 		return nil
 	}
 	return fmt.Errorf("the step needs about %s (%s of it data), this machine has %s available: it would run out of memory; %s",
-		ograph.FormatBytes(need), ograph.FormatBytes(dataBytes), ograph.FormatBytes(available), fittingFlags(t, need, available))
+		analysis.FormatBytes(need), analysis.FormatBytes(dataBytes), analysis.FormatBytes(available), fittingFlags(t, need, available))
 }
 
 // paramsOf returns the parameter count of a model whose config says it (models.Llama,
@@ -284,7 +285,7 @@ func stepBytes(t *train.Trainer) (total, dataBytes int64, err error) {
 		return 0, 0, err
 	}
 	defer p.Graph.Finalize()
-	m := ograph.Analyze(p)
+	m := analysis.Analyze(p)
 	for _, s := range t.InputShapes() { // one batch
 		dataBytes += int64(s.Memory())
 	}

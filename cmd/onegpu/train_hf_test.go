@@ -16,11 +16,11 @@ import (
 
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/hf/safetensors"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // hfFixture is the untied Llama fixture of hf/testdata.
@@ -66,8 +66,8 @@ func folderBytes(t *testing.T, dir string) map[string]string {
 // folder, a dangling link; BASE's tokenizer.json a folder, a named pipe or a link to /dev/zero
 // (copied after training); and --plot a dangling link.
 func TestTrainExportChecksBeforeTraining(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	root := t.TempDir()
 	base := copyFolder(t, hfFixture, filepath.Join(root, "base"))
 	user := copyFolder(t, filepath.Join("..", "..", "hf", "testdata", "tied_bf16_sharded"), filepath.Join(root, "user"))
@@ -141,8 +141,8 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 // memory for 90 s); a real 300-layer Llama, whose step cannot be unrolled even with one
 // micro-batch, is told to run streamed instead of "use at most 0 micro-batches".
 func TestHFRunsCheckTheConfigFirst(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	root := t.TempDir()
 	absurd := copyFolder(t, hfFixture, filepath.Join(root, "absurd"))
 	raw, err := os.ReadFile(filepath.Join(absurd, "config.json"))
@@ -215,8 +215,8 @@ func TestHFRunsCheckTheConfigFirst(t *testing.T) {
 // its step is built: the message is the count's, not the step estimate's (before: 45 s building
 // the step to find it 150 GiB).
 func TestTrainRefusesParametersBeyondMemory(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	available, ok := availableRAM()
 	if !ok || available >= 8_030_261_248*4 {
 		t.Skipf("this machine has %d bytes available (known: %v): Llama 3.1 8B's float32 weights fit", available, ok)
@@ -231,8 +231,8 @@ func TestTrainRefusesParametersBeyondMemory(t *testing.T) {
 // evaluates sequences of 25 tokens (24 predicted: TestEvalMatchesTransformers compares them with
 // transformers), and refuses 26 tokens in eval (naming sliding_window) and --seq 25 in train.
 func TestMistralWindowBoundsTheSequence(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	fixture := filepath.Join("..", "..", "hf", "testdata", "mistral_window")
 	ids := func(n int) string {
 		path := filepath.Join(t.TempDir(), "ids.npy")
@@ -262,8 +262,8 @@ func TestMistralWindowBoundsTheSequence(t *testing.T) {
 // report with the loss "NaN", as train's history writes one, and reads back as NaN (before: exit
 // 1 with "json: unsupported value: NaN" and nothing printed).
 func TestEvalJSONWritesANaNLoss(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := copyFolder(t, hfFixture, filepath.Join(t.TempDir(), "nan"))
 	path := filepath.Join(dir, "model.safetensors")
 	f, err := safetensors.Open(path)

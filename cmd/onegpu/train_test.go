@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -29,8 +29,8 @@ func checkpointFiles(t *testing.T, dir string) []string {
 // with an error saying which checkpoint is kept, leaves the folder as it was, and --json still
 // prints the history, the NaN as a string.
 func TestTrainDivergingKeepsCheckpoints(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := filepath.Join(t.TempDir(), "d")
 	if err := runTrain([]string{"--model", "mlp", "--steps", "6", "--checkpoint", dir}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -66,8 +66,8 @@ func TestTrainDivergingKeepsCheckpoints(t *testing.T) {
 // missing folder), flag values and memory are checked before anything is built, trained or
 // allocated, with messages that name the flag and the path.
 func TestTrainChecksBeforeWork(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := t.TempDir()
 	if err := os.Symlink("loop", filepath.Join(dir, "loop")); err != nil {
 		t.Fatal(err)
@@ -131,8 +131,8 @@ func TestSetupChecksUnrolledFirst(t *testing.T) {
 // which trains next to them and keeps them; a resume on other --data is refused naming
 // --allow-other-data, which continues on it; a checkpoint past --steps says so.
 func TestTrainGuardsTheCheckpointFolder(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := filepath.Join(t.TempDir(), "mlp")
 	if err := runTrain([]string{"--model", "mlp", "--steps", "2", "--checkpoint", dir}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
@@ -188,8 +188,8 @@ func TestTrainGuardsTheCheckpointFolder(t *testing.T) {
 // the traffic, the time of each part, the bound and the largest device footprint (--json: the
 // history's offload object).
 func TestTrainStreamed(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	var out bytes.Buffer
 	if err := runTrain([]string{"--offload", "params", "--steps", "2", "--batch", "4", "--microbatches", "2", "--budget", "64MiB", "--json"}, &out); err != nil {
 		t.Fatal(err)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -66,7 +66,7 @@ func Setup() train.Config {
 }
 
 func main() {
-	backend := must(ograph.NewBackend(""))
+	backend := must(platform.NewBackend(""))
 	trainer := must(train.New(backend, Setup()))
 	batches := must(data.NewClassifierBatch(trainer.Config.Batch, 128, 10, 1))
 	h := must(trainer.Run(batches, train.RunOptions{Steps: 40, Progress: os.Stdout}))

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/audit"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/train"
@@ -26,7 +26,7 @@ func TestAuditOfTheDocumentedModel(t *testing.T) {
 	}
 	defer p.Graph.Finalize()
 	findings := mixed.Audit(trainer.Ctx, p.Graph, p.Outputs)
-	for _, g := range ograph.GroupFindings(findings) {
+	for _, g := range audit.GroupFindings(findings) {
 		t.Errorf("finding: %s", g)
 	}
 	if findings := mixed.AuditVariables(trainer.Ctx); len(findings) != 0 {

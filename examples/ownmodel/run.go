@@ -16,8 +16,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 )
@@ -26,7 +26,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the run's measurements as one JSON object")
 	steps := flag.Int("steps", 60, "training steps")
 	flag.Parse()
-	backend, err := ograph.NewBackend("")
+	backend, err := platform.NewBackend("")
 	if err == nil {
 		err = run(backend, *steps, *asJSON)
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -27,7 +27,7 @@ func main() {
 
 // run trains the tiny GPT on the shipped text with the tutorial's techniques and 8-bit Adam.
 func run(steps int) *train.History {
-	backend := must(ograph.NewBackend("")) // embedded, or XLA when $ONEGPU_PJRT_PLUGIN names a plugin
+	backend := must(platform.NewBackend("")) // embedded, or XLA when $ONEGPU_PJRT_PLUGIN names a plugin
 	gpt := models.GPT{Config: models.Presets["tiny"]}
 	trainer := must(train.New(backend, train.Config{Model: gpt, Batch: 16, MicroBatches: 4, Seed: 42,
 		Policy:    mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32},

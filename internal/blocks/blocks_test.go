@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/remat"
@@ -44,7 +44,7 @@ func TestValidate(t *testing.T) {
 // TestParameters: Parameters counts the variables the model creates.
 func TestParameters(t *testing.T) {
 	ctx := context.New()
-	p, err := ograph.ContextProgram(embedded(), ctx, "count", []shapes.Shape{small.InputShape()}, blocks.GradientStep(small, remat.Spec{}, remat.Config{}))
+	p, err := analysis.ContextProgram(embedded(), ctx, "count", []shapes.Shape{small.InputShape()}, blocks.GradientStep(small, blocks.Spec{}, remat.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestAnalyze(t *testing.T) {
 		{"mlp,attn", []string{"/block_00/attn", "/block_00/mlp", "/block_01/attn"}},
 		{"block", []string{"/block_00", "/block_01"}},
 	} {
-		spec, err := remat.ParseSpec(c.spec)
+		spec, err := blocks.ParseSpec(c.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestAnalyze(t *testing.T) {
 		if len(names) != perLayer*small.Blocks || !reflect.DeepEqual(names[:min(len(names), len(c.names))], c.names) {
 			t.Errorf("%s: blocks %v, want %d starting with %v", c.spec, names, perLayer*small.Blocks, c.names)
 		}
-		act := a.Memory.Breakdown[ograph.Activations]
+		act := a.Memory.Breakdown[analysis.Activations]
 		t.Logf("%-8s activations at the peak %.1f KiB, residuals in blocks %.1f KiB, outside %.1f KiB",
 			c.spec, float64(act)/1024, float64(a.Residuals.BlockBytes)/1024, float64(a.Residuals.OutsideBytes)/1024)
 		if c.spec == "none" {
@@ -102,7 +102,7 @@ func TestAnalyze(t *testing.T) {
 			t.Errorf("%s: %d activation bytes at the peak, no fewer than without checkpoints (%d)", c.spec, act, none)
 		}
 	}
-	if _, err := blocks.Analyze(embedded(), blocks.Config{}, remat.Spec{}, remat.Config{}); err == nil {
+	if _, err := blocks.Analyze(embedded(), blocks.Config{}, blocks.Spec{}, remat.Config{}); err == nil {
 		t.Errorf("Analyze accepted an empty config")
 	}
 }
@@ -118,7 +118,7 @@ func TestBFloat16Compute(t *testing.T) {
 	run := func(compute dtypes.DType) [][]float64 {
 		c := small
 		c.Compute = compute
-		exec, err := context.NewExec(embedded(), ctx, blocks.GradientStep(c, remat.Spec{Block: true}, remat.Config{}))
+		exec, err := context.NewExec(embedded(), ctx, blocks.GradientStep(c, blocks.Spec{Block: true}, remat.Config{}))
 		if err != nil {
 			t.Fatal(err)
 		}

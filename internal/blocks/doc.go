@@ -1,7 +1,6 @@
 // Package blocks builds a small pre-norm transformer-like model from GoMLX ops and context
-// variables, with rematerialization applied to its blocks as a remat.Spec says. Tests, benchmarks
-// and `onegpu memory --remat SPEC --remat-policy NAME` use it until models/ provides the
-// tutorial's GPT.
+// variables, with rematerialization applied to its blocks as a Spec says: the stack the design's
+// measurements and remat's tests and benchmarks use.
 //
 // Each block is x += Attention(LayerNorm(x)); x += MLP(LayerNorm(x)): causal multi-head
 // self-attention (separate q, k, v and output projections, softmax in float32) and a 4x MLP with
@@ -13,8 +12,8 @@
 //
 // For a memory report of a given spec and policy:
 //
-//	spec, _ := remat.ParseSpec("mlp,attn")
+//	spec, _ := blocks.ParseSpec("mlp,attn")
 //	policy, _ := remat.ParsePolicy("dots_with_no_batch_dims_saveable")
 //	a, err := blocks.Analyze(backend, blocks.Default(), spec, remat.With(policy))
-//	// a.Memory.Breakdown[ograph.Activations], a.Residuals.WriteTable(os.Stdout)
+//	// a.Memory.Breakdown[analysis.Activations], a.Residuals.WriteTable(os.Stdout)
 package blocks

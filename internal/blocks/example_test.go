@@ -4,19 +4,20 @@ import (
 	"fmt"
 	"os"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/blocks"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/remat"
 )
 
 // What `onegpu memory --remat mlp,attn --remat-policy dots_with_no_batch_dims_saveable` reports
 // for a two-block model.
 func ExampleAnalyze() {
-	backend, err := ograph.NewBackend("go")
+	backend, err := platform.NewBackend("go")
 	if err != nil {
 		panic(err)
 	}
-	spec, err := remat.ParseSpec("mlp,attn")
+	spec, err := blocks.ParseSpec("mlp,attn")
 	if err != nil {
 		panic(err)
 	}
@@ -29,7 +30,7 @@ func ExampleAnalyze() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%d parameters; backward keeps %s in blocks\n", c.Parameters(), ograph.FormatBytes(a.Residuals.BlockBytes))
+	fmt.Printf("%d parameters; backward keeps %s in blocks\n", c.Parameters(), analysis.FormatBytes(a.Residuals.BlockBytes))
 	_ = a.Residuals.WriteSummary(os.Stdout)
 	// Output:
 	// 99584 parameters; backward keeps 544.0 KiB in blocks

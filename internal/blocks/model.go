@@ -11,7 +11,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/remat"
 )
 
@@ -71,7 +71,7 @@ func (c Config) Parameters() int {
 // Block applies one block to x, checkpointing its sublayers as spec says, with rc's policy and
 // settings. The attention's variables are in ctx.In("attn"), the MLP's in ctx.In("mlp"); a
 // checkpointed sublayer is named after its scope in residual reports.
-func Block(ctx *context.Context, x *graph.Node, c Config, spec remat.Spec, rc remat.Config) *graph.Node {
+func Block(ctx *context.Context, x *graph.Node, c Config, spec Spec, rc remat.Config) *graph.Node {
 	attention := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		return []*graph.Node{Attention(ctx, in[0], c.Heads, c.Dropout)}
 	}
@@ -97,7 +97,7 @@ func Block(ctx *context.Context, x *graph.Node, c Config, spec remat.Spec, rc re
 
 // Forward runs the stack on x (float32 [batch, seq, width]) and returns its output in the compute
 // dtype. The blocks' variables are in ctx.In("block_NN").
-func Forward(ctx *context.Context, x *graph.Node, c Config, spec remat.Spec, rc remat.Config) *graph.Node {
+func Forward(ctx *context.Context, x *graph.Node, c Config, spec Spec, rc remat.Config) *graph.Node {
 	h := graph.ConvertDType(x, c.compute())
 	for i := range c.Blocks {
 		h = Block(ctx.Inf("block_%02d", i), h, c, spec, rc)
@@ -106,15 +106,15 @@ func Forward(ctx *context.Context, x *graph.Node, c Config, spec remat.Spec, rc 
 }
 
 // Loss is the mean square of the stack's output, in float32: a loss that needs no labels.
-func Loss(ctx *context.Context, x *graph.Node, c Config, spec remat.Spec, rc remat.Config) *graph.Node {
+func Loss(ctx *context.Context, x *graph.Node, c Config, spec Spec, rc remat.Config) *graph.Node {
 	return graph.ReduceAllMean(graph.Square(graph.ConvertDType(Forward(ctx, x, c, spec, rc), dtypes.Float32)))
 }
 
-// GradientStep returns a graph function for ograph.ContextProgram or context.NewExec: it marks ctx
+// GradientStep returns a graph function for analysis.ContextProgram or context.NewExec: it marks ctx
 // as training, computes the loss of its one input and returns the loss followed by the gradient of
 // every trainable variable. It applies no optimizer, so that steps of different specs return the
 // same values.
-func GradientStep(c Config, spec remat.Spec, rc remat.Config) func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
+func GradientStep(c Config, spec Spec, rc remat.Config) func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 	return func(ctx *context.Context, inputs []*graph.Node) []*graph.Node {
 		ctx.SetTraining(inputs[0].Graph(), true)
 		loss := Loss(ctx, inputs[0], c, spec, rc)
@@ -134,8 +134,8 @@ func RandomInput(c Config, seed uint64) *tensors.Tensor {
 
 // Analysis is the memory picture of one GradientStep.
 type Analysis struct {
-	// Memory is the simulated sequential execution of the step (ograph.Analyze).
-	Memory *ograph.Memory
+	// Memory is the simulated sequential execution of the step (analysis.Analyze).
+	Memory *analysis.Memory
 	// Residuals lists what the backward pass keeps from each checkpointed block.
 	Residuals remat.Report
 }
@@ -143,12 +143,12 @@ type Analysis struct {
 // Analyze builds GradientStep for c, spec and rc on backend, without running it, and returns its
 // memory analysis and residual report. Only the variables' shapes are needed, so it is fast even
 // for large configurations.
-func Analyze(backend backends.Backend, c Config, spec remat.Spec, rc remat.Config) (Analysis, error) {
+func Analyze(backend backends.Backend, c Config, spec Spec, rc remat.Config) (Analysis, error) {
 	if err := c.Validate(); err != nil {
 		return Analysis{}, err
 	}
 	name := fmt.Sprintf("blocks_%s", spec)
-	p, err := ograph.ContextProgram(backend, context.New(), name, []shapes.Shape{c.InputShape()}, GradientStep(c, spec, rc))
+	p, err := analysis.ContextProgram(backend, context.New(), name, []shapes.Shape{c.InputShape()}, GradientStep(c, spec, rc))
 	if err != nil {
 		return Analysis{}, err
 	}
@@ -157,5 +157,5 @@ func Analyze(backend backends.Backend, c Config, spec remat.Spec, rc remat.Confi
 	if err != nil {
 		return Analysis{}, err
 	}
-	return Analysis{Memory: ograph.Analyze(p), Residuals: residuals}, nil
+	return Analysis{Memory: analysis.Analyze(p), Residuals: residuals}, nil
 }

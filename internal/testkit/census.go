@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/flags"
-	ograph "github.com/onegpu/onegpu/graph"
 )
 
 // CensusPrefix starts the name of every graph whose compiled program CompiledCensus reads: XLA
@@ -26,8 +26,8 @@ var censusMu sync.Mutex
 
 // CompiledCensus compiles p, a program built on XLA() from a graph named CensusPrefix+something,
 // and returns the census of the optimized HLO XLA compiled it to (every computation, fused ones
-// included: ograph.ParseHLOCensus) and XLA's memory statistics. The graph is compiled for good.
-func CompiledCensus(t testing.TB, p *ograph.Program) (ograph.HLOCensus, ograph.CompiledMemory) {
+// included: analysis.ParseHLOCensus) and XLA's memory statistics. The graph is compiled for good.
+func CompiledCensus(t testing.TB, p *analysis.Program) (analysis.HLOCensus, analysis.CompiledMemory) {
 	t.Helper()
 	name := p.Graph.Name()
 	if !strings.HasPrefix(name, CensusPrefix) {
@@ -35,18 +35,18 @@ func CompiledCensus(t testing.TB, p *ograph.Program) (ograph.HLOCensus, ograph.C
 	}
 	censusMu.Lock()
 	defer censusMu.Unlock()
-	before, _ := ograph.OptimizedHLOFiles(censusDir)
-	stats, err := ograph.CompileProgram(p)
+	before, _ := analysis.OptimizedHLOFiles(censusDir)
+	stats, err := analysis.CompileProgram(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := ograph.OptimizedHLOFiles(censusDir)
+	after, err := analysis.OptimizedHLOFiles(censusDir)
 	if err != nil || len(after) != len(before)+1 {
 		t.Fatalf("CompiledCensus: XLA dumped %d optimized modules for %q under %s (%v), want 1: was another XLA backend "+
 			"created before testkit.XLA (XLA reads its flags once per process)?", len(after)-len(before), name, censusDir, err)
 	}
 	file := after[len(after)-1]
-	census, err := ograph.ReadHLOCensus(file)
+	census, err := analysis.ReadHLOCensus(file)
 	if err != nil {
 		t.Fatal(err)
 	}

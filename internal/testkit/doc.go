@@ -4,9 +4,9 @@
 // census of the program XLA compiled, and PlainCheck (a layer or model against a plain float64
 // implementation and central differences).
 //
-// It sits above graph/ (it creates backends with graph.NewBackend) and below everything else:
-// graph/'s own tests use it from their external test package; the GoMLX compatibility layer below
-// graph/ tests itself without it. Its own tests check the repository as CI's `go test ./...` sees it:
+// It sits above platform and analysis (it creates backends with platform.NewBackend) and below
+// everything else: their own tests use it from their external test packages; the GoMLX
+// compatibility layer below them (internal/gomlxcompat) tests itself without it. Its own tests check the repository as CI's `go test ./...` sees it:
 // no executable over 1 MiB is tracked (a build output committed by mistake).
 //
 //	got := testkit.Run(t, testkit.Embedded(), fn, x)[0]

@@ -4,14 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/internal/panics"
 )
 
 // MustPanic runs fn and fails t unless it panics with a message containing want; it returns the
-// message. Graph builders report misuse by panicking (see graph.Panicf).
+// message. Graph builders report misuse by panicking (see panics.Panicf).
 func MustPanic(t testing.TB, want string, fn func()) string {
 	t.Helper()
-	err := ograph.CatchPanic(fn)
+	err := panics.Catch(fn)
 	if err == nil {
 		t.Errorf("no panic; want one saying %q", want)
 		return ""

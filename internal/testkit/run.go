@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -89,4 +90,9 @@ func Floats(t *tensors.Tensor) []float64 {
 		}
 	})
 	return out
+}
+
+// NormalTensor returns a float64 tensor of dims with N(0, 1) values drawn from rng.
+func NormalTensor(rng *rand.Rand, dims ...int) *tensors.Tensor {
+	return NormalInput(rng, dims...).tensor()
 }

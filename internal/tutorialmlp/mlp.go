@@ -4,7 +4,7 @@
 // random data.
 //
 // models.Classifier is the model users train (context variables, a precision policy). This copy
-// takes its parameters as plain nodes, which the gradient tests of graph/, mixed/ and accum/ need:
+// takes its parameters as plain nodes, which the gradient tests of vjp/, mixed/ and accum/ need:
 // they feed the same values as float32 and as float64 and compare, and split compute and matmul
 // dtypes. Parameters are float32; the LayerNorm statistics, the log-softmax and the loss run in
 // float32 (or float64).

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/backends"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // EnvPlugin names the XLA CPU PJRT plugin the host engine runs on when $ONEGPU_PJRT_PLUGIN is the
@@ -16,7 +16,7 @@ import (
 const EnvPlugin = "ONEGPU_HOST_PJRT_PLUGIN"
 
 // Embedded is the embedded backend's spec the engine falls back to: sequential, as every onegpu
-// program on the embedded backend (graph.DefaultEmbedded: GoMLX v0.26.0's parallel executor can
+// program on the embedded backend (platform.DefaultEmbedded: GoMLX v0.26.0's parallel executor can
 // deadlock).
 const Embedded = "go"
 
@@ -33,12 +33,12 @@ func NewBackend() (backends.Backend, string, error) {
 		}
 		return b, "xla:" + path, nil
 	}
-	if path := os.Getenv(ograph.EnvPlugin); path != "" {
+	if path := os.Getenv(platform.EnvPlugin); path != "" {
 		if b, err := cpuBackend(path); err == nil {
 			return b, "xla:" + path, nil
 		}
 	}
-	b, err := ograph.NewBackend(Embedded)
+	b, err := platform.NewBackend(Embedded)
 	return b, Embedded, err
 }
 
@@ -52,13 +52,13 @@ func NewBackendFrom(spec string) (backends.Backend, string, error) {
 		b, err := cpuBackend(path)
 		return b, spec, err
 	}
-	b, err := ograph.NewBackend(spec)
+	b, err := platform.NewBackend(spec)
 	return b, spec, err
 }
 
 // cpuBackend loads the XLA plugin at path and checks that its devices are CPUs.
 func cpuBackend(path string) (backends.Backend, error) {
-	b, err := ograph.NewBackend("xla:" + path)
+	b, err := platform.NewBackend("xla:" + path)
 	if err != nil {
 		return nil, err
 	}

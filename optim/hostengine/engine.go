@@ -12,7 +12,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/exact"
 	"github.com/onegpu/onegpu/optim"
 )
 
@@ -185,7 +186,7 @@ func (e *Engine) Stage(name string, vars []*context.Variable) (*Stage, error) {
 // creates its state variables, and initializes them on the engine's backend.
 func (s *Stage) createState() error {
 	e := s.e
-	p, err := ograph.ContextProgram(e.cfg.Backend, e.cfg.Ctx, "host_state_"+s.name, s.inputShapes(), s.updateFn)
+	p, err := analysis.ContextProgram(e.cfg.Backend, e.cfg.Ctx, "host_state_"+s.name, s.inputShapes(), s.updateFn)
 	if err != nil {
 		return fmt.Errorf("hostengine: stage %q's update: %w", s.name, err)
 	}
@@ -202,7 +203,7 @@ func (s *Stage) inputShapes() []shapes.Shape {
 	f32 := shapes.Make(dtypes.Float32)
 	inputs := []shapes.Shape{f32, f32, f32}
 	for _, v := range s.vars {
-		inputs = append(inputs, shapes.Make(ograph.WideDType(v.DType()), v.Shape().Dimensions...))
+		inputs = append(inputs, shapes.Make(exact.WideDType(v.DType()), v.Shape().Dimensions...))
 	}
 	return inputs
 }
@@ -210,9 +211,9 @@ func (s *Stage) inputShapes() []shapes.Shape {
 // UpdateProgram builds, for analysis, the graph update of stage vars as the engine would compile
 // it (on backend), in the engine's context: its state parameters are what host memory holds besides
 // the parameters and gradients.
-func (e *Engine) UpdateProgram(name string, vars []*context.Variable) (*ograph.Program, error) {
+func (e *Engine) UpdateProgram(name string, vars []*context.Variable) (*analysis.Program, error) {
 	s := &Stage{e: e, name: name, vars: vars}
-	return ograph.ContextProgram(e.cfg.Backend, e.cfg.Ctx, "host_update_"+name, s.inputShapes(), s.updateFn)
+	return analysis.ContextProgram(e.cfg.Backend, e.cfg.Ctx, "host_update_"+name, s.inputShapes(), s.updateFn)
 }
 
 // Variables are the stage's variables, in the order Update takes gradients and returns parameters.
@@ -239,9 +240,9 @@ func (s *Stage) Update(grads []*tensors.Tensor, scaling Scaling) ([]*tensors.Ten
 	}
 	for i, g := range grads {
 		want := s.vars[i].Shape()
-		if g == nil || !slices.Equal(g.Shape().Dimensions, want.Dimensions) || g.DType() != ograph.WideDType(want.DType) {
+		if g == nil || !slices.Equal(g.Shape().Dimensions, want.Dimensions) || g.DType() != exact.WideDType(want.DType) {
 			return nil, fmt.Errorf("hostengine: stage %q: gradient #%d of %s is %v, want %s %v", s.name, i, s.vars[i].ScopeAndName(),
-				shapeOf(g), ograph.WideDType(want.DType), want.Dimensions)
+				shapeOf(g), exact.WideDType(want.DType), want.Dimensions)
 		}
 	}
 	s.e.mu.Lock()

@@ -8,9 +8,9 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/optim"
 	"github.com/onegpu/onegpu/optim/hostengine"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // Two stages' variables updated by Adam in host memory, step by step: each stage's update
@@ -18,7 +18,7 @@ import (
 // moves a parameter by the learning rate each step (1 -> 0.9 -> 0.8, 2 -> 2.1 -> 2.2, in bfloat16),
 // and not at all for a zero gradient.
 func Example() {
-	backend, err := ograph.NewBackend(hostengine.Embedded) // hostengine.NewBackend() picks XLA's CPU client when there is one
+	backend, err := platform.NewBackend(hostengine.Embedded) // hostengine.NewBackend() picks XLA's CPU client when there is one
 	if err != nil {
 		panic(err)
 	}

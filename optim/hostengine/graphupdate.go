@@ -10,8 +10,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
 
-	ograph "github.com/onegpu/onegpu/graph"
 	"github.com/onegpu/onegpu/optim"
+	"github.com/onegpu/onegpu/platform"
 )
 
 // A stage's graph update: the optimizer's UpdateGraphWithGradients in one program per stage on the
@@ -20,7 +20,7 @@ import (
 // compile prepares the stage's update program (compiled at its first run).
 func (s *Stage) compile() error {
 	var err error
-	s.update, err = context.NewExec(s.e.cfg.Backend, s.e.cfg.Ctx, ograph.AliasUpdatedState(s.updateFn))
+	s.update, err = context.NewExec(s.e.cfg.Backend, s.e.cfg.Ctx, platform.AliasUpdatedState(s.updateFn))
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/optim"
 )
 
@@ -167,7 +167,7 @@ func (e *Engine) Variables() (map[*context.Variable]bool, error) {
 	defer e.mu.Unlock()
 	used := map[*context.Variable]bool{}
 	add := func(name string, inputs []shapes.Shape, fn func(ctx *context.Context, in []*graph.Node) []*graph.Node) error {
-		p, err := ograph.ContextProgram(e.cfg.Backend, e.cfg.Ctx, name, inputs, fn)
+		p, err := analysis.ContextProgram(e.cfg.Backend, e.cfg.Ctx, name, inputs, fn)
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/checkpoints"
 
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/regularfile"
 )
 
@@ -192,7 +192,7 @@ func (c *Folder) CheckBase(sha256, from string) error {
 // saved reports whether Stage writes v of ctx: every variable, but the frozen weights of a run
 // with a base (CheckBase).
 func (c *Folder) saved(ctx *context.Context, v *context.Variable) bool {
-	return c.record.BaseSHA256 == "" || !ograph.IsFrozen(ctx, v)
+	return c.record.BaseSHA256 == "" || !analysis.IsFrozen(ctx, v)
 }
 
 // Close releases the folder's lock.
