@@ -60,11 +60,11 @@ type Config struct {
 	// Offload says where the optimizer's state lives: on the device with the step (OffloadNone,
 	// the default), in host memory, updated there (OffloadOptimizer), or, with the master weights
 	// too, in host memory with the weights streamed to the device a block at a time
-	// (OffloadParams).
+	// (OffloadParams): the name of a mode (RegisterMode), whose executor runs the step.
 	Offload Offload
 	// DeviceBudget, with Offload OffloadParams, is the most device memory a streamed step may use
 	// at once, in bytes: each stage program's memory by XLA's account plus the buffers the step
-	// keeps on the device while it runs (OffloadStats.DevicePeakBytes). A step that would use more
+	// keeps on the device while it runs (StreamStats.DevicePeakBytes). A step that would use more
 	// stops with an error naming the program and the bytes. 0 sets no limit.
 	DeviceBudget int64
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
@@ -105,48 +105,6 @@ func (r Remat) String() string {
 		s += " (" + r.Policy.String() + ")"
 	}
 	return s
-}
-
-// Offload says where training state lives besides the device's step: on the device, the
-// optimizer in host memory, or the weights too, streamed to the device a stage at a time. Each
-// value has its executor (executor.go).
-type Offload int
-
-const (
-	// OffloadNone keeps everything on the device(s) that run the step.
-	OffloadNone Offload = iota
-	// OffloadOptimizer keeps the optimizer's state and its update in host memory (the host update:
-	// optim/hostengine, as OffloadParams), and the device computes the loss and the gradients only
-	// (ZeRO-Offload's split; see Trainer.OffloadStats). One device only.
-	OffloadOptimizer
-	// OffloadParams keeps the float32 master weights, the gradients and the optimizer's state in
-	// host memory and streams the model through the device a stage at a time (executor_stream.go):
-	// the device holds one stage's weights, its gradients and the kept stage inputs, not the
-	// model. The model must be Staged (models.GPT, models.Llama); one device only.
-	OffloadParams
-)
-
-var offloadNames = []string{"none", "optimizer", "params"}
-
-// String is the mode as --offload spells it.
-func (o Offload) String() string {
-	if o < 0 || int(o) >= len(offloadNames) {
-		return fmt.Sprintf("Offload(%d)", int(o))
-	}
-	return offloadNames[o]
-}
-
-// ParseOffload reads "none" (or ""), "optimizer" or "params".
-func ParseOffload(s string) (Offload, error) {
-	if s == "" {
-		return OffloadNone, nil
-	}
-	for i, name := range offloadNames {
-		if s == name {
-			return Offload(i), nil
-		}
-	}
-	return OffloadNone, fmt.Errorf("unknown Config.Offload %q: use %s", s, strings.Join(offloadNames, " or "))
 }
 
 // microBatches is MicroBatches, 0 read as 1.
@@ -262,29 +220,4 @@ func (c Config) validateChunking() error {
 			"use plain (the zero layers.Attention and layers.CrossEntropy)", c.Attention, c.CrossEntropy, describeModel(c.Model))
 	}
 	return nil
-}
-
-// checkOffload refuses an unknown Config.Offload and the combinations the offloaded step does not
-// support.
-func (c Config) checkOffload() error {
-	if c.DeviceBudget != 0 && c.Offload != OffloadParams {
-		return fmt.Errorf("a device budget (Config.DeviceBudget %d bytes) with Config.Offload %s: the budget bounds a streamed step; use Config.Offload params, or no budget", c.DeviceBudget, c.Offload)
-	}
-	switch c.Offload {
-	case OffloadNone:
-		return nil
-	case OffloadOptimizer:
-		if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
-			return fmt.Errorf("Config.Offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
-				"keep the parameters in float32 (Config.Policy params=float32,...)", p)
-		}
-		if c.Devices.Distributed() {
-			return fmt.Errorf("Config.Offload optimizer with Config.Devices.Count %d: the offloaded update feeds one device; use Config.Devices.Count 1, "+
-				"or keep the state on the devices and split it with Config.Devices.Shard optimizer", c.Devices.Count)
-		}
-		return nil
-	case OffloadParams:
-		return c.checkStreamed()
-	}
-	return fmt.Errorf("unknown offload mode %d: use %s", int(c.Offload), strings.Join(offloadNames, " or "))
 }

@@ -2,9 +2,11 @@ package train
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/gomlx/gomlx/backends"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -29,7 +31,29 @@ import (
 // local memory (Tensor.ToLocal) before the other side runs, and sent on with
 // Tensor.MaterializeOnDevice.
 
-// OffloadStats are the traffic of an offloaded step and its time.
+func init() {
+	RegisterMode(OffloadOptimizer.String(), Mode{New: func(t *Trainer) Executor { return &offloadExecutor{t: t} }, Check: checkOffloadOptimizer,
+		Stats: func() Stats { return &OffloadStats{} }})
+}
+
+// checkOffloadOptimizer refuses what the optimizer offload cannot do: parameters that are not
+// float32 or float64 (the device returns float32 gradients in their buffers), several devices.
+func checkOffloadOptimizer(c Config) error {
+	if err := noBudget(c); err != nil {
+		return err
+	}
+	if p := c.Policy.Param; p != dtypes.InvalidDType && p != dtypes.Float32 && p != dtypes.Float64 {
+		return fmt.Errorf("Config.Offload optimizer with %s parameters: the device returns float32 gradients in the parameters' buffers; "+
+			"keep the parameters in float32 (Config.Policy params=float32,...)", p)
+	}
+	if c.Devices.Distributed() {
+		return fmt.Errorf("Config.Offload optimizer with Config.Devices.Count %d: the offloaded update feeds one device; use Config.Devices.Count 1, "+
+			"or keep the state on the devices and split it with Config.Devices.Shard optimizer", c.Devices.Count)
+	}
+	return nil
+}
+
+// OffloadStats are the traffic of a step with the optimizer offloaded, and its times.
 type OffloadStats struct {
 	// BytesToDevice are the variables sent to the device (the updated parameters, and the loss
 	// scale when there is one); BytesToHost the gradients brought back (and any shared variable
@@ -39,41 +63,28 @@ type OffloadStats struct {
 	// TransferSeconds is the time spent moving them; HostSeconds the host update's time.
 	TransferSeconds float64 `json:"transfer_seconds"`
 	HostSeconds     float64 `json:"host_seconds"`
-	// Streamed says the step streamed the weights (OffloadParams). Its DeviceSeconds are the time
-	// in the stages' programs, and DevicePeakBytes the largest device footprint of the step: at
-	// a program's run, its memory by XLA's account (arguments, outputs, temporaries, code; on the
-	// embedded backend, which reports none, its arguments and outputs) plus the other buffers the
-	// step kept on the device then (stage inputs, cotangents, gradient sums).
-	// UploadSeconds are the streamed step's uploads' own time: TransferSeconds counts only the
-	// time the step waited for them (and for the gradients), the rest hidden behind computation
-	// (the next stage's weights are sent while the current one computes).
-	Streamed        bool    `json:"streamed,omitempty"`
-	UploadSeconds   float64 `json:"upload_seconds,omitempty"`
-	DeviceSeconds   float64 `json:"device_seconds,omitempty"`
-	DevicePeakBytes int64   `json:"device_peak_bytes,omitempty"`
 }
 
-// Bound names what bounds a streamed step, the largest of its parts: "the bus" (the weights'
-// uploads, hidden or not, and the time waiting for transfers), "the device" (the stages'
-// programs) or "the host update".
-func (o OffloadStats) Bound() string {
-	bus := max(o.TransferSeconds, o.UploadSeconds)
-	switch {
-	case bus >= o.DeviceSeconds && bus >= o.HostSeconds:
-		return "the bus"
-	case o.DeviceSeconds >= o.HostSeconds:
-		return "the device"
+// Mean is the later steps' traffic (the last one's bytes) and mean times; o when there is none.
+func (o *OffloadStats) Mean(later []Stats) Stats {
+	if len(later) == 0 {
+		return o
 	}
-	return "the host update"
+	m := *later[len(later)-1].(*OffloadStats)
+	m.TransferSeconds, m.HostSeconds = 0, 0
+	for _, s := range later {
+		s := s.(*OffloadStats)
+		m.TransferSeconds += s.TransferSeconds / float64(len(later))
+		m.HostSeconds += s.HostSeconds / float64(len(later))
+	}
+	return &m
 }
 
-// OffloadStats returns the last step's traffic when the optimizer or the weights are offloaded,
-// zero otherwise.
-func (t *Trainer) OffloadStats() OffloadStats {
-	if t.exec == nil {
-		return OffloadStats{}
-	}
-	return t.exec.traffic()
+// WriteSummary writes the bytes each way per step and the times of moving them and of the host's
+// update.
+func (o *OffloadStats) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
+		analysis.FormatBytes(o.BytesToDevice), analysis.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
 }
 
 // deviceGradientsFn is the device's part of an offloaded step: the loss, metrics and count, with
@@ -100,7 +111,7 @@ func (t *Trainer) deviceGradientsFn() accum.StepFn {
 func (t *Trainer) HostUpdateProgram(backend backends.Backend, ctx *context.Context) (*analysis.Program, error) {
 	var trainable []*context.Variable
 	for v := range ctx.IterVariables() {
-		if v.Trainable {
+		if analysis.VariableRole(ctx, v) == analysis.RoleTrainable {
 			trainable = append(trainable, v)
 		}
 	}
@@ -130,12 +141,17 @@ type offloadExecutor struct {
 	deviceVars, hostVars map[*context.Variable]bool
 	trainable            []*context.Variable
 	grads                []*tensors.Tensor // the device's gradients of the last step
-	last                 OffloadStats
+	last                 *OffloadStats
 }
 
-func (o *offloadExecutor) deviceStep() accum.StepFn { return o.t.deviceGradientsFn() }
+func (o *offloadExecutor) DeviceStep() accum.StepFn { return o.t.deviceGradientsFn() }
 
-func (o *offloadExecutor) traffic() OffloadStats { return o.last }
+func (o *offloadExecutor) Stats() Stats {
+	if o.last == nil {
+		return nil
+	}
+	return o.last
+}
 
 // start prepares the two programs: it builds each once, without compiling, to create and
 // initialize its variables on its own backend (the parameters on the device, the optimizer state
@@ -149,12 +165,12 @@ func (o *offloadExecutor) start() error {
 	}
 	o.host = host
 	if err := o.prepare(t); err != nil {
-		o.close()
+		o.Close()
 		return err
 	}
 	o.deviceExec, err = context.NewExec(t.Backend, t.Ctx, platform.AliasUpdatedState(t.deviceGradientsFn()))
 	if err != nil {
-		o.close()
+		o.Close()
 		return err
 	}
 	o.deviceExec = o.deviceExec.WithName(StepName)
@@ -224,7 +240,7 @@ func unbind(ctx *context.Context, vars map[*context.Variable]bool, b backends.Ba
 // run runs the device program on batch, brings the gradients to the host and runs the update
 // there. It returns StepFn's outputs (loss, metrics, count, finite flag, mean loss) and the
 // device's graph.
-func (o *offloadExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+func (o *offloadExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if o.deviceExec == nil {
 		if err := o.start(); err != nil {
 			return nil, nil, err
@@ -303,7 +319,7 @@ func (o *offloadExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *grap
 	for _, grad := range grads {
 		grad.FinalizeAll()
 	}
-	o.last = stats
+	o.last = &stats
 	return append(reported, hostOuts...), g, nil
 }
 
@@ -325,7 +341,7 @@ func (o *offloadExecutor) restore(masters []*tensors.Tensor) error {
 	return firstErr
 }
 
-func (o *offloadExecutor) close() {
+func (o *offloadExecutor) Close() {
 	if o.deviceExec != nil {
 		o.deviceExec.Finalize()
 	}

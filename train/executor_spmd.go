@@ -24,7 +24,7 @@ type spmdExecutor struct {
 	exec   *context.Exec
 }
 
-func (e *spmdExecutor) deviceStep() accum.StepFn { return e.t.StepFn() }
+func (e *spmdExecutor) DeviceStep() accum.StepFn { return e.t.StepFn() }
 
 // prepare creates and shards the variables and configures the executor for XLA's auto-sharding,
 // with the batch split along axis 0 and replicated outputs.
@@ -61,7 +61,7 @@ func (e *spmdExecutor) prepare() error {
 	return nil
 }
 
-func (e *spmdExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+func (e *spmdExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if e.exec == nil {
 		if err := e.prepare(); err != nil {
 			return nil, nil, err
@@ -74,9 +74,9 @@ func (e *spmdExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.G
 	return e.exec.ExecWithGraph(sharded...)
 }
 
-func (e *spmdExecutor) traffic() OffloadStats { return OffloadStats{} }
+func (e *spmdExecutor) Stats() Stats { return nil }
 
-func (e *spmdExecutor) close() {
+func (e *spmdExecutor) Close() {
 	if e.exec != nil {
 		e.exec.Finalize()
 		e.exec = nil

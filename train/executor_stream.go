@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -11,6 +12,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/accum"
+	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
@@ -41,6 +43,75 @@ import (
 // order is then the whole step's order), other masks of the same distribution otherwise.
 // Checkpoints hold the same variables as a whole step's, so either resumes the other.
 
+func init() {
+	RegisterMode(OffloadParams.String(), Mode{New: func(t *Trainer) Executor { return &streamExecutor{t: t} }, Check: Config.checkStreamed,
+		Stats: func() Stats { return &StreamStats{} }})
+}
+
+// StreamStats are the traffic of a streamed step and the time of each part.
+type StreamStats struct {
+	// BytesToDevice are the stages' weights (each stage's forward and backward) and the batch sent
+	// to the device; BytesToHost the float32 gradients brought back.
+	BytesToDevice int64 `json:"bytes_to_device"`
+	BytesToHost   int64 `json:"bytes_to_host"`
+	// TransferSeconds is the time the step waited for transfers (uploads and gradients);
+	// UploadSeconds the uploads' own time, the rest of it hidden behind computation (the next
+	// stage's weights are sent while the current one computes); DeviceSeconds the time in the
+	// stages' programs; HostSeconds the host update's.
+	TransferSeconds float64 `json:"transfer_seconds"`
+	HostSeconds     float64 `json:"host_seconds"`
+	UploadSeconds   float64 `json:"upload_seconds"`
+	DeviceSeconds   float64 `json:"device_seconds"`
+	// DevicePeakBytes is the largest device footprint of the step: at a program's run, its
+	// memory by XLA's account (arguments, outputs, temporaries, code; on the embedded backend,
+	// which reports none, its arguments and outputs) plus the other buffers the step kept on the
+	// device then (stage inputs, cotangents, gradient sums). Config.DeviceBudget bounds it.
+	DevicePeakBytes int64 `json:"device_peak_bytes"`
+}
+
+// Mean is the later steps' traffic (the last one's bytes) and mean times, and the largest
+// footprint of all; s when there is no later step.
+func (s *StreamStats) Mean(later []Stats) Stats {
+	if len(later) == 0 {
+		return s
+	}
+	m := *later[len(later)-1].(*StreamStats)
+	m.TransferSeconds, m.HostSeconds, m.UploadSeconds, m.DeviceSeconds, m.DevicePeakBytes = 0, 0, 0, 0, s.DevicePeakBytes
+	n := float64(len(later))
+	for _, l := range later {
+		l := l.(*StreamStats)
+		m.TransferSeconds += l.TransferSeconds / n
+		m.HostSeconds += l.HostSeconds / n
+		m.UploadSeconds += l.UploadSeconds / n
+		m.DeviceSeconds += l.DeviceSeconds / n
+		m.DevicePeakBytes = max(m.DevicePeakBytes, l.DevicePeakBytes)
+	}
+	return &m
+}
+
+// Bound names what bounds a streamed step, the largest of its parts: "the bus" (the weights'
+// uploads, hidden or not, and the time waiting for transfers), "the device" (the stages'
+// programs) or "the host update".
+func (s *StreamStats) Bound() string {
+	bus := max(s.TransferSeconds, s.UploadSeconds)
+	switch {
+	case bus >= s.DeviceSeconds && bus >= s.HostSeconds:
+		return "the bus"
+	case s.DeviceSeconds >= s.HostSeconds:
+		return "the device"
+	}
+	return "the host update"
+}
+
+// WriteSummary writes the traffic, the time of each part and the bound, and the largest device
+// footprint.
+func (s *StreamStats) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms waiting for transfers (uploads %.1f ms, overlapped), %.1f ms on the device, %.1f ms host update: bound by %s\n",
+		"streamed (params)", analysis.FormatBytes(s.BytesToDevice), analysis.FormatBytes(s.BytesToHost), 1e3*s.TransferSeconds, 1e3*s.UploadSeconds,
+		1e3*s.DeviceSeconds, 1e3*s.HostSeconds, s.Bound())
+	fmt.Fprintf(w, "%-22s %s\n", "largest device use", analysis.FormatBytes(s.DevicePeakBytes))
+}
+
 // streamExecutor runs a streamed step.
 type streamExecutor struct {
 	t     *Trainer
@@ -54,14 +125,19 @@ type streamExecutor struct {
 	blockVars           [][]*context.Variable
 	trainable           []*context.Variable // the host update's order (the context's)
 	update              *hostUpdate
-	last                OffloadStats
+	last                *StreamStats
 	// compiled is each program's device memory by XLA's account, once known.
 	compiled map[*graph.Graph]int64
 }
 
-func (s *streamExecutor) deviceStep() accum.StepFn { return s.t.deviceGradientsFn() }
+func (s *streamExecutor) DeviceStep() accum.StepFn { return s.t.deviceGradientsFn() }
 
-func (s *streamExecutor) traffic() OffloadStats { return s.last }
+func (s *streamExecutor) Stats() Stats {
+	if s.last == nil {
+		return nil
+	}
+	return s.last
+}
 
 // start creates the host engine, the variables (on the host) and the programs.
 func (s *streamExecutor) start() error {
@@ -158,10 +234,10 @@ func (s *streamExecutor) startHost() error {
 }
 
 // run runs one streamed step.
-func (s *streamExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
+func (s *streamExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if s.host == nil {
 		if err := s.start(); err != nil {
-			s.close()
+			s.Close()
 			return nil, nil, err
 		}
 	}
@@ -176,7 +252,7 @@ func (s *streamExecutor) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph
 	return sp.update()
 }
 
-func (s *streamExecutor) close() {
+func (s *streamExecutor) Close() {
 	for _, st := range []*streamStage{s.embed, s.block, s.head} {
 		if st == nil {
 			continue

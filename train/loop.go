@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/progress"
 	"github.com/onegpu/onegpu/train/checkpoint"
@@ -57,10 +56,12 @@ type History struct {
 	// state; CountUnit names them (the model's CountUnit: "tokens", "examples").
 	TokensPerSecond float64 `json:"tokens_per_second"`
 	CountUnit       string  `json:"count_unit"`
-	// Offload is, with the optimizer offloaded, the bytes moved per step and the mean times of
-	// moving them and of the host's update over the steps after the first (the first alone when
-	// there is no other).
-	Offload *OffloadStats `json:"offload,omitempty"`
+	// Offload is what the run's executor reports (Executor.Stats: OffloadStats with the optimizer
+	// offloaded, StreamStats streamed), over the steps after the first (the first alone when there
+	// is no other), and Mode the executor's mode (Config.Offload); nil and "" when it reports
+	// nothing.
+	Offload Stats  `json:"offload,omitempty"`
+	Mode    string `json:"offload_mode,omitempty"`
 }
 
 // InterruptedError is returned by Run when RunOptions.Stop was closed.
@@ -214,18 +215,15 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 	}
 	var steady time.Duration
 	var steadyCount float64
-	var offload OffloadStats // summed over the steps after the first
-	defer func() {           // also for a run that stops early: its history is reported
+	var first Stats   // the executor's report of the run's first step
+	var later []Stats // and of the steps after it
+	defer func() {    // also for a run that stops early: its history is reported
 		if n := len(h.Steps) - 1; n > 0 {
 			h.StepSeconds = steady.Seconds() / float64(n)
 			h.TokensPerSecond = steadyCount / steady.Seconds()
-			if h.Offload != nil {
-				offload.TransferSeconds /= float64(n)
-				offload.HostSeconds /= float64(n)
-				offload.DeviceSeconds /= float64(n)
-				offload.UploadSeconds /= float64(n)
-				h.Offload = &offload
-			}
+		}
+		if first != nil {
+			h.Offload, h.Mode = first.Mean(later), t.Config.Offload.String()
 		}
 	}()
 	for step := h.Resumed; step < opts.Steps; step++ {
@@ -244,23 +242,16 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			return h, err
 		}
 		elapsed := time.Since(start)
-		stats := t.OffloadStats()
+		stats := t.ExecutorStats()
 		if step == h.Resumed {
 			h.CompileSeconds = elapsed.Seconds()
-			if t.Config.Offload != OffloadNone {
-				h.Offload = &stats
-				offload.DevicePeakBytes = stats.DevicePeakBytes
-			}
+			first = stats
 		} else {
 			steady += elapsed
 			steadyCount += m.Count
-			offload.BytesToDevice, offload.BytesToHost = stats.BytesToDevice, stats.BytesToHost
-			offload.TransferSeconds += stats.TransferSeconds
-			offload.HostSeconds += stats.HostSeconds
-			offload.DeviceSeconds += stats.DeviceSeconds
-			offload.UploadSeconds += stats.UploadSeconds
-			offload.Streamed = stats.Streamed
-			offload.DevicePeakBytes = max(offload.DevicePeakBytes, stats.DevicePeakBytes)
+			if stats != nil {
+				later = append(later, stats)
+			}
 		}
 		h.Steps = append(h.Steps, m)
 		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
@@ -324,14 +315,8 @@ func (h *History) WriteSummary(w io.Writer) {
 	if h.StepSeconds > 0 {
 		fmt.Fprintf(w, "%-22s %.3f s (%s/s)\n", "later steps, mean", h.StepSeconds, perSecond(h.TokensPerSecond, cmp.Or(h.CountUnit, "examples")))
 	}
-	if o := h.Offload; o != nil && o.Streamed {
-		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms waiting for transfers (uploads %.1f ms, overlapped), %.1f ms on the device, %.1f ms host update: bound by %s\n",
-			"streamed (params)", analysis.FormatBytes(o.BytesToDevice), analysis.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.UploadSeconds,
-			1e3*o.DeviceSeconds, 1e3*o.HostSeconds, o.Bound())
-		fmt.Fprintf(w, "%-22s %s\n", "largest device use", analysis.FormatBytes(o.DevicePeakBytes))
-	} else if o := h.Offload; o != nil {
-		fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms moving them, %.1f ms host update\n", "optimizer offload",
-			analysis.FormatBytes(o.BytesToDevice), analysis.FormatBytes(o.BytesToHost), 1e3*o.TransferSeconds, 1e3*o.HostSeconds)
+	if h.Offload != nil {
+		h.Offload.WriteSummary(w)
 	}
 }
 

@@ -85,3 +85,26 @@ func (f *JSONFloat) UnmarshalJSON(data []byte) error {
 	*f = JSONFloat(v)
 	return nil
 }
+
+// UnmarshalJSON reads a History as MarshalJSON writes it, its executor's statistics (Offload)
+// into the type of its mode (Mode, Mode.Stats).
+func (h *History) UnmarshalJSON(data []byte) error {
+	type fields History // History's fields without its methods
+	var raw struct {
+		fields
+		Offload json.RawMessage `json:"offload,omitempty"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*h = History(raw.fields)
+	if len(raw.Offload) == 0 || string(raw.Offload) == "null" {
+		return nil
+	}
+	m, err := modeOf(Offload(h.Mode))
+	if err != nil || m.Stats == nil {
+		return fmt.Errorf("a history's offload statistics of mode %q: not a mode of this program that reports statistics", h.Mode)
+	}
+	h.Offload = m.Stats()
+	return json.Unmarshal(raw.Offload, h.Offload)
+}

@@ -109,7 +109,7 @@ func TestOffloadMatchesDeviceUpdate(t *testing.T) {
 				if c.lossScale != "none" {
 					return
 				}
-				stats := got.Offload
+				stats, _ := got.Offload.(*train.OffloadStats)
 				params := 4 * gptOf(config).Params()
 				if stats == nil || stats.BytesToDevice != params || stats.BytesToHost != params {
 					t.Fatalf("offload stats %+v: want the %d bytes of parameters to the device and of gradients back", stats, params)
@@ -206,9 +206,9 @@ func TestOffloadRefusesSeveralDevices(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	config.Devices, config.Offload = train.Devices{}, 7
+	config.Devices, config.Offload = train.Devices{}, "seven"
 	if _, err := train.New(embedded(), config); err == nil {
-		t.Fatal(`offload mode 7 was accepted`)
+		t.Fatal(`offload mode seven was accepted`)
 	}
 	if _, err := train.ParseOffload("moments"); err == nil || !strings.Contains(err.Error(), "use none or optimizer") {
 		t.Errorf(`ParseOffload("moments"): %v`, err)

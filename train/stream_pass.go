@@ -28,7 +28,7 @@ type streamPass struct {
 	metrics  [][2]float32                          // sum and count of each metric
 	grads    map[*context.Variable]*tensors.Tensor // gradient sums on the host
 	acc      []*tensors.Tensor                     // the gradient sums of the stage running backward, on the device
-	stats    OffloadStats
+	stats    StreamStats
 	ran      *graph.Graph
 	transfer time.Duration // waiting for uploads and downloads
 	upload   time.Duration // the uploads' own time, hidden behind computation or not
@@ -208,9 +208,10 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 		outs = append(outs, tensors.FromScalar(mt[0]/nonZero32(mt[1])))
 	}
 	outs = append(outs, tensors.FromScalar(p.count))
-	p.stats.TransferSeconds, p.stats.DeviceSeconds, p.stats.Streamed = p.transfer.Seconds(), p.device.Seconds(), true
+	p.stats.TransferSeconds, p.stats.DeviceSeconds = p.transfer.Seconds(), p.device.Seconds()
 	p.stats.UploadSeconds = p.upload.Seconds()
-	s.last = p.stats
+	last := p.stats
+	s.last = &last
 	return append(outs, hostOuts...), p.ran, nil
 }
 

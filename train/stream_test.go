@@ -79,7 +79,7 @@ func TestStreamedMatchesWholeStep(t *testing.T) {
 				streamed, got := runOffload(t, backend, config, 10, "")
 				defer streamed.Close()
 				sameLosses(t, want, got, tol)
-				stats, gpt := streamed.OffloadStats(), gptOf(config)
+				stats, gpt := streamStats(t, streamed.ExecutorStats()), gptOf(config)
 				head := int64(4 * (gpt.Hidden*gpt.Vocab + gpt.Vocab + 2*gpt.Hidden)) // post_norm and output_layer
 				tokens := int64(2 * 4 * config.Batch * gpt.SeqLen)
 				if params := 4 * gpt.Params(); stats.BytesToHost != params || stats.BytesToDevice != 2*params-head+tokens {
@@ -196,7 +196,7 @@ func TestStreamedRefuses(t *testing.T) {
 
 // TestStreamedTrainsBeyondTheBudget: on XLA, a GPT whose float32 weights need more than the
 // device budget trains streamed within it (each program's memory by XLA's account plus the kept
-// buffers, OffloadStats.DevicePeakBytes), and a budget below one block's program stops the first
+// buffers, StreamStats.DevicePeakBytes), and a budget below one block's program stops the first
 // step with an error naming the stage.
 func TestStreamedTrainsBeyondTheBudget(t *testing.T) {
 	backend := testkit.RequireXLA(t)
@@ -207,7 +207,7 @@ func TestStreamedTrainsBeyondTheBudget(t *testing.T) {
 	config.Offload, config.DeviceBudget = train.OffloadParams, weights/2
 	tr, h := runOffload(t, backend, config, 2, "")
 	defer tr.Close()
-	peak := h.Offload.DevicePeakBytes
+	peak := streamStats(t, h.Offload).DevicePeakBytes
 	t.Logf("weights %d bytes, budget %d, largest device footprint %d (%.2fx the weights)", weights, config.DeviceBudget, peak, float64(peak)/float64(weights))
 	if peak <= 0 || peak > config.DeviceBudget {
 		t.Errorf("largest device footprint %d bytes, want within the budget %d", peak, config.DeviceBudget)
@@ -262,7 +262,7 @@ func TestStreamedLlama(t *testing.T) {
 				sameLosses(t, want, got, tol)
 				// The tied table's gradient comes back from both stages that use it.
 				c := llama.Config
-				if stats, want := streamed.OffloadStats(), 4*(c.Params()+int64(c.Vocab*c.Hidden)); stats.BytesToHost != want {
+				if stats, want := streamStats(t, streamed.ExecutorStats()), 4*(c.Params()+int64(c.Vocab*c.Hidden)); stats.BytesToHost != want {
 					t.Errorf("%d bytes of gradients came back, want %d: the parameters', the tied table's twice", stats.BytesToHost, want)
 				}
 			})
@@ -351,4 +351,14 @@ func TestStreamedSmallGPT(t *testing.T) {
 			sameLosses(t, want, got, 1e-5)
 		})
 	}
+}
+
+// streamStats is what a streamed run's executor reported, or fails.
+func streamStats(t *testing.T, s train.Stats) *train.StreamStats {
+	t.Helper()
+	stats, ok := s.(*train.StreamStats)
+	if !ok {
+		t.Fatalf("the executor reported %#v, want a streamed step's *train.StreamStats", s)
+	}
+	return stats
 }

@@ -118,7 +118,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *train.Config) { c.Remat.Kinds = []string{"mlp", "atn"} }, `the model has no block of kind "atn"; its kinds are block,mlp,attn`},
 		{func(c *train.Config) { c.Remat = train.Remat{Policy: remat.DotsSaveable} }, "remat policy dots_saveable does not apply"},
 		{func(c *train.Config) { c.ClipNorm = math.Inf(1) }, "clip norm +Inf"},
-		{func(c *train.Config) { c.Offload = 7 }, "unknown offload mode 7"},
+		{func(c *train.Config) { c.Offload = "7" }, `unknown Config.Offload "7"`},
 		{func(c *train.Config) { c.Batch = -1 }, "batch -1"},
 	} {
 		c := tinyConfig(t)

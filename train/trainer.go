@@ -32,7 +32,7 @@ type Trainer struct {
 	// base is the LoRA run's base once made (prepareBase); nil before, and without LoRA.
 	base *base
 	// exec runs the step (see executor); created on first use, released by Close.
-	exec executor
+	exec Executor
 	// started is set once a step has been compiled and run (Initialize must come before).
 	started bool
 }
@@ -71,7 +71,7 @@ func (t *Trainer) InputShapes() []shapes.Shape { return t.Config.Model.InputShap
 // the optimizer offloaded the loss, metrics and count, with each parameter's float32 gradient
 // written over the parameter (the device holds the parameters or their gradients, never both, and
 // no optimizer state). Give it to analysis.ContextProgram to analyze what the device holds.
-func (t *Trainer) DeviceStepFn() accum.StepFn { return t.executor().deviceStep() }
+func (t *Trainer) DeviceStepFn() accum.StepFn { return t.executor().DeviceStep() }
 
 // StepName names the train step's graph, and so XLA's HLO module of it.
 const StepName = "train_step"
@@ -131,7 +131,7 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 	t.started = true
 	err := panics.Catch(func() {
 		var err error
-		if outs, g, err = t.executor().run(batch); err != nil {
+		if outs, g, err = t.executor().Run(batch); err != nil {
 			panic(err)
 		}
 	})
@@ -207,7 +207,7 @@ func counterOf(ctx *context.Context, scope, name string) int {
 // Close releases the compiled step and what its executor holds; a later Step compiles again.
 func (t *Trainer) Close() {
 	if t.exec != nil {
-		t.exec.close()
+		t.exec.Close()
 		t.exec = nil
 	}
 }

@@ -198,7 +198,7 @@ func TestTrainStreamed(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &h); err != nil {
 		t.Fatalf("%v in %s", err, out.String())
 	}
-	if o := h.Offload; o == nil || !o.Streamed || o.BytesToDevice <= 0 || o.BytesToHost <= 0 || o.DevicePeakBytes <= 0 || o.DevicePeakBytes > 64<<20 {
+	if o, streamed := h.Offload.(*train.StreamStats); !streamed || h.Mode != "params" || o.BytesToDevice <= 0 || o.BytesToHost <= 0 || o.DevicePeakBytes <= 0 || o.DevicePeakBytes > 64<<20 {
 		t.Errorf("offload %+v: want a streamed step's traffic and a footprint within 64 MiB", o)
 	}
 	out.Reset()
