@@ -27,15 +27,17 @@ type PackedDocument struct {
 
 // PackingStats sum up a packing, for the run's summary.
 type PackingStats struct {
-	// Documents were packed; Skipped were not, having nothing to learn (fewer than two tokens, or
-	// no target that carries the loss within the first SeqLen+1 tokens).
-	Documents, Skipped int
+	// Packed documents were packed; Skipped were not, having nothing to learn (fewer than two
+	// tokens, or no target that carries the loss within the first SeqLen+1 tokens).
+	Packed  int `json:"packed_documents"`
+	Skipped int `json:"skipped_documents"`
 	// Truncated documents were longer than SeqLen+1 tokens; DroppedTokens is what they lost.
-	Truncated     int
-	DroppedTokens int64
+	Truncated     int   `json:"truncated_documents"`
+	DroppedTokens int64 `json:"dropped_tokens"`
 	// Positions is the positions documents fill (tokens minus one per document), LossTokens the
 	// targets among them that carry the loss.
-	Positions, LossTokens int64
+	Positions  int64 `json:"positions"`
+	LossTokens int64 `json:"loss_tokens"`
 }
 
 // Efficiency is the share of the sequences' positions that documents fill (the rest is padding).
@@ -49,7 +51,7 @@ func (p *Packing) Efficiency() float64 {
 // String sums the packing up in a line.
 func (p *Packing) String() string {
 	s := fmt.Sprintf("%d documents packed into %d sequences of %d (first-fit decreasing): %.1f%% of the positions filled, %s targets carry the loss",
-		p.Documents, len(p.Rows), p.SeqLen, 100*p.Efficiency(), countString(p.LossTokens))
+		p.Packed, len(p.Rows), p.SeqLen, 100*p.Efficiency(), countString(p.LossTokens))
 	if p.Truncated > 0 {
 		s += fmt.Sprintf("; %d documents longer than %d tokens truncated (%s tokens dropped)", p.Truncated, p.SeqLen+1, countString(p.DroppedTokens))
 	}
@@ -88,7 +90,7 @@ func Pack(t *Tokenized, seqLen int) (*Packing, error) {
 	if len(items) == 0 {
 		return nil, fmt.Errorf("none of the %d documents has anything to learn (a target that carries the loss)", t.Documents())
 	}
-	p.Documents = len(items)
+	p.Packed = len(items)
 	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(b.tokens, a.tokens) })
 	free := newFreeTree(len(items), seqLen)
 	for _, it := range items {

@@ -137,18 +137,45 @@ func (d *Packed) Record() string {
 }
 
 func (d *Packed) Describe() string {
-	return fmt.Sprintf("%s: %d %s documents in %d sequences of %d, batches of %d", d.text.Source, d.packing.Documents, d.text.Kind,
+	return fmt.Sprintf("%s%s: %d %s documents in %d sequences of %d, batches of %d", d.text.Source, d.text.heldNote(), d.packing.Packed, d.text.Kind,
 		len(d.packing.Rows), d.packing.SeqLen, d.batch)
+}
+
+// PackedStats sum up packed data, for people and --json: what was read, how it was packed.
+type PackedStats struct {
+	Source string `json:"source"`
+	Kind   string `json:"kind"`
+	// Documents and Tokens are what was read (after an evaluation split); Cached says the ids
+	// came from the cache (CachePath).
+	Documents int    `json:"documents"`
+	Tokens    int64  `json:"tokens"`
+	Cached    bool   `json:"cached"`
+	CachePath string `json:"cache_path,omitempty"`
+	// Sequences of SeqLen positions hold the packed documents; Efficiency is the share of
+	// positions they fill.
+	Sequences  int     `json:"sequences"`
+	SeqLen     int     `json:"seq_len"`
+	Efficiency float64 `json:"packing_efficiency"`
+	PackingStats
+}
+
+// Stats sums the data up (nil for nil data).
+func (d *Packed) Stats() *PackedStats {
+	if d == nil {
+		return nil
+	}
+	t, p := d.text, d.packing
+	return &PackedStats{Source: t.Source, Kind: t.Kind, Documents: t.Documents(), Tokens: int64(len(t.IDs)), Cached: t.Cached, CachePath: t.CachePath,
+		Sequences: len(p.Rows), SeqLen: p.SeqLen, Efficiency: p.Efficiency(), PackingStats: p.PackingStats}
 }
 
 // Summary sums up the data in a few lines: documents, tokens, the packing's efficiency and what
 // truncation dropped.
 func (d *Packed) Summary() string {
-	p := d.packing
 	cached := ""
 	if d.text.Cached {
 		cached = " (tokenized earlier: " + d.text.CachePath + ")"
 	}
-	return fmt.Sprintf("%s%s: %d %s documents, %s tokens\n  %s", d.text.Source, cached, d.text.Documents(), d.text.Kind,
-		countString(int64(len(d.text.IDs))), p)
+	return fmt.Sprintf("%s%s%s: %d %s documents, %s tokens\n  %s", d.text.Source, d.text.heldNote(), cached, d.text.Documents(), d.text.Kind,
+		countString(int64(len(d.text.IDs))), d.packing)
 }

@@ -172,7 +172,7 @@ func TestPackFirstFitDecreasing(t *testing.T) {
 	if !reflect.DeepEqual(p.Rows, rows) {
 		t.Errorf("Pack's sequences differ from a plain first-fit decreasing's (%d vs %d sequences)", len(p.Rows), len(rows))
 	}
-	want := data.PackingStats{Documents: len(items), Skipped: skipped, Truncated: truncated, DroppedTokens: dropped, Positions: positions, LossTokens: loss}
+	want := data.PackingStats{Packed: len(items), Skipped: skipped, Truncated: truncated, DroppedTokens: dropped, Positions: positions, LossTokens: loss}
 	if p.PackingStats != want {
 		t.Errorf("stats %+v, want %+v", p.PackingStats, want)
 	}

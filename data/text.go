@@ -110,6 +110,15 @@ func (t *TokenizedText) subset(docs []int) *TokenizedText {
 	return &out
 }
 
+// heldNote says which documents a Split kept: ", without the 3 of 60 documents held out (share
+// 0.05, seed 42)"; "" for all of them.
+func (t *TokenizedText) heldNote() string {
+	if t.held == "" {
+		return ""
+	}
+	return ", " + t.held
+}
+
 // describe names the data set and its hashes, for checkpoints.
 func (t *TokenizedText) describe() string {
 	s := fmt.Sprintf("%s %s sha256 %x", t.Kind, t.Source, t.DataSHA256)

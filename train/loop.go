@@ -41,6 +41,12 @@ type RunOptions struct {
 	// Stop, when closed, ends the run after the current step: Run saves and returns an
 	// *InterruptedError.
 	Stop <-chan struct{}
+	// Eval, when set, is evaluated (Trainer.Evaluate) every EvalEvery steps (default: LogEvery)
+	// and after the last step: the validation loss in the progress line, History.Eval and the
+	// summary. data.Packed is one (evaluation data of its own, or a share of the documents held
+	// out: TokenizedText.Split).
+	Eval      Evaluation
+	EvalEvery int
 }
 
 // History is the record of a run.
@@ -62,6 +68,9 @@ type History struct {
 	// nothing.
 	Offload Stats  `json:"offload,omitempty"`
 	Mode    string `json:"offload_mode,omitempty"`
+	// Eval is the loss on the evaluation data (RunOptions.Eval) after the steps it was evaluated
+	// at.
+	Eval []EvalPoint `json:"eval,omitempty"`
 }
 
 // InterruptedError is returned by Run when RunOptions.Stop was closed.
@@ -170,6 +179,14 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 	if opts.LogEvery < 1 {
 		opts.LogEvery = max(1, opts.Steps/20)
 	}
+	if opts.Eval != nil {
+		if err := t.checkEvaluate(); err != nil {
+			return h, err
+		}
+		if opts.EvalEvery < 1 {
+			opts.EvalEvery = opts.LogEvery
+		}
+	}
 	if opts.Progress != nil {
 		if h.Resumed > 0 && store != nil {
 			fmt.Fprintf(opts.Progress, "resuming from step %d (%s)\n", h.Resumed, store.Dir())
@@ -254,8 +271,16 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 			}
 		}
 		h.Steps = append(h.Steps, m)
-		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps) {
-			t.logStep(opts.Progress, m, opts.Steps, elapsed, step == h.Resumed)
+		var eval *EvalPoint
+		if opts.Eval != nil && (m.Step%opts.EvalEvery == 0 || m.Step == opts.Steps) {
+			p, err := t.Evaluate(opts.Eval)
+			if err != nil {
+				return h, err
+			}
+			h.Eval, eval = append(h.Eval, p), &p
+		}
+		if opts.Progress != nil && (m.Step%opts.LogEvery == 0 || step == h.Resumed || m.Step == opts.Steps || eval != nil) {
+			t.logStep(opts.Progress, m, eval, opts.Steps, elapsed, step == h.Resumed)
 		}
 		// A skipped step (non-finite gradients under a loss scale) left the weights as they were.
 		if !m.Skipped && (math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0)) {
@@ -283,7 +308,7 @@ func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
 	return h, nil
 }
 
-func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Duration, first bool) {
+func (t *Trainer) logStep(w io.Writer, m StepMetrics, eval *EvalPoint, total int, elapsed time.Duration, first bool) {
 	bar := progress.Bar(m.Step, total, 30)
 	rate := fmt.Sprintf("%.2f steps/s, %s/s", 1/elapsed.Seconds(), perSecond(m.Count/elapsed.Seconds(), countUnitOf(t.Config.Model)))
 	if first {
@@ -295,6 +320,9 @@ func (t *Trainer) logStep(w io.Writer, m StepMetrics, total int, elapsed time.Du
 	}
 	if m.Skipped {
 		metrics += "  skipped (non-finite gradients)"
+	}
+	if eval != nil {
+		metrics += fmt.Sprintf("  eval loss %.4f", eval.Loss)
 	}
 	fmt.Fprintf(w, "%s step %4d/%d  loss %.4f%s  %s\n", bar, m.Step, total, m.Loss, metrics, rate)
 }
@@ -308,6 +336,10 @@ func (h *History) WriteSummary(w io.Writer) {
 	first, last := h.Steps[0], h.Steps[len(h.Steps)-1]
 	fmt.Fprintf(w, "\n%-22s %s\n", "steps", fmt.Sprintf("%d to %d", first.Step, last.Step))
 	fmt.Fprintf(w, "%-22s %.4f -> %.4f\n", "loss", first.Loss, last.Loss)
+	if n := len(h.Eval); n > 0 {
+		fmt.Fprintf(w, "%-22s %.4f -> %.4f (steps %d to %d, %s)\n", "eval loss", h.Eval[0].Loss, h.Eval[n-1].Loss,
+			h.Eval[0].Step, h.Eval[n-1].Step, perSecond(h.Eval[n-1].Count, cmp.Or(h.CountUnit, "examples")))
+	}
 	for name, v := range first.Metrics {
 		fmt.Fprintf(w, "%-22s %.3f -> %.3f\n", name, v, last.Metrics[name])
 	}

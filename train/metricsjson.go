@@ -8,7 +8,7 @@ import (
 )
 
 // stepMetricsJSON is StepMetrics as JSON: its fields (stepMetricsFields has them without the
-// methods below), the floats shadowed by jsonFloats.
+// methods below), the floats shadowed by JSONFloats.
 type stepMetricsJSON struct {
 	stepMetricsFields
 	Loss     JSONFloat            `json:"loss"`
@@ -24,11 +24,8 @@ type stepMetricsFields StepMetrics
 // (JSON has no such numbers, and a diverged run's history must not be lost to the encoder); finite
 // numbers stay numbers.
 func (m StepMetrics) MarshalJSON() ([]byte, error) {
-	metrics := make(map[string]JSONFloat, len(m.Metrics))
-	for k, v := range m.Metrics {
-		metrics[k] = JSONFloat(v)
-	}
-	return json.Marshal(stepMetricsJSON{stepMetricsFields(m), JSONFloat(m.Loss), JSONFloat(m.Accuracy), JSONFloat(m.Count), metrics, JSONFloat(m.MeanLoss)})
+	return json.Marshal(stepMetricsJSON{stepMetricsFields(m), JSONFloat(m.Loss), JSONFloat(m.Accuracy), JSONFloat(m.Count), jsonFloats(m.Metrics),
+		JSONFloat(m.MeanLoss)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -39,13 +36,54 @@ func (m *StepMetrics) UnmarshalJSON(data []byte) error {
 	}
 	*m = StepMetrics(raw.stepMetricsFields)
 	m.Loss, m.Accuracy, m.Count, m.MeanLoss = float64(raw.Loss), float64(raw.Accuracy), float64(raw.Count), float64(raw.MeanLoss)
-	if raw.Metrics != nil {
-		m.Metrics = make(map[string]float64, len(raw.Metrics))
-		for k, v := range raw.Metrics {
-			m.Metrics[k] = float64(v)
-		}
-	}
+	m.Metrics = floats(raw.Metrics)
 	return nil
+}
+
+// evalPointJSON is EvalPoint as JSON, its floats shadowed by JSONFloats.
+type evalPointJSON struct {
+	evalPointFields
+	Loss    JSONFloat            `json:"loss"`
+	Metrics map[string]JSONFloat `json:"metrics,omitempty"`
+}
+
+type evalPointFields EvalPoint
+
+// MarshalJSON writes the point with non-finite numbers as strings, as StepMetrics does.
+func (p EvalPoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(evalPointJSON{evalPointFields(p), JSONFloat(p.Loss), jsonFloats(p.Metrics)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *EvalPoint) UnmarshalJSON(data []byte) error {
+	var raw evalPointJSON
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*p = EvalPoint(raw.evalPointFields)
+	p.Loss, p.Metrics = float64(raw.Loss), floats(raw.Metrics)
+	return nil
+}
+
+// jsonFloats is metrics as JSONFloats.
+func jsonFloats(metrics map[string]float64) map[string]JSONFloat {
+	out := make(map[string]JSONFloat, len(metrics))
+	for k, v := range metrics {
+		out[k] = JSONFloat(v)
+	}
+	return out
+}
+
+// floats is jsonFloats' inverse (nil stays nil).
+func floats(metrics map[string]JSONFloat) map[string]float64 {
+	if metrics == nil {
+		return nil
+	}
+	out := make(map[string]float64, len(metrics))
+	for k, v := range metrics {
+		out[k] = float64(v)
+	}
+	return out
 }
 
 // JSONFloat is a float64 that JSON-encodes NaN and ±Inf as the strings "NaN", "+Inf" and "-Inf"

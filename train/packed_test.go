@@ -3,6 +3,8 @@ package train_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
@@ -164,5 +166,77 @@ func TestPackedLossMatchesTransformers(t *testing.T) {
 				chunked, sum, count, wantSum, wantCount, rel)
 		}
 		t.Logf("chunked %v: completion-only loss %.7f, transformers %.7f (sums relative %.2g)", chunked, sum/count, wantSum/float64(wantCount), rel)
+	}
+}
+
+// oneBatch is evaluation data of one training batch.
+type oneBatch []*tensors.Tensor
+
+func (b oneBatch) EvalBatches() int                { return 1 }
+func (b oneBatch) EvalBatch(int) []*tensors.Tensor { return b }
+
+// TestEvaluate: the evaluation loss of a batch with the initial weights is the loss the first
+// train step reports for it (computed before its update), within 1e-6, with 1 or 4
+// micro-batches; a run with Eval evaluates every EvalEvery steps and after the last, and its
+// progress lines and summary show the evaluation loss.
+func TestEvaluate(t *testing.T) {
+	batches := packedTokens(t, 4)
+	for _, k := range []int{1, 4} {
+		c := llamaReference(t)
+		c.Batch, c.MicroBatches = 4, k
+		m := c.Model.(models.Llama)
+		m.Packed = true
+		c.Model = m
+		tr, err := train.New(embedded(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Initialize(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := tr.Evaluate(oneBatch(batches.Batch(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		step, err := tr.Step(batches.Batch(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel := math.Abs(before.Loss-step.Loss) / step.Loss; rel > 1e-6 || before.Count != step.Count {
+			t.Errorf("%d micro-batches: evaluation loss %.8g over %g, the step's %.8g over %g (relative %.2g)", k, before.Loss, before.Count,
+				step.Loss, step.Count, rel)
+		}
+		tr.Close()
+	}
+	c := llamaReference(t)
+	c.Batch = 4
+	m := c.Model.(models.Llama)
+	m.Packed = true
+	c.Model = m
+	tr, err := train.New(embedded(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var progress strings.Builder
+	h, err := tr.Run(batches, train.RunOptions{Steps: 5, Eval: batches, EvalEvery: 2, LogEvery: 10, Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int
+	for _, p := range h.Eval {
+		steps = append(steps, p.Step)
+		if p.Count != float64(batches.Packing().LossTokens) {
+			t.Errorf("evaluation at step %d counts %g targets, the data has %d", p.Step, p.Count, batches.Packing().LossTokens)
+		}
+	}
+	if want := []int{2, 4, 5}; !slices.Equal(steps, want) {
+		t.Errorf("evaluated after steps %v, want %v", steps, want)
+	}
+	var summary strings.Builder
+	h.WriteSummary(&summary)
+	t.Logf("%s%s", progress.String(), summary.String())
+	if n := strings.Count(progress.String(), "eval loss"); n != 3 || !strings.Contains(summary.String(), "eval loss") {
+		t.Errorf("%d progress lines with the evaluation loss, want 3:\n%s\nsummary:\n%s", n, progress.String(), summary.String())
 	}
 }

@@ -35,6 +35,8 @@ type Trainer struct {
 	exec Executor
 	// started is set once a step has been compiled and run (Initialize must come before).
 	started bool
+	// eval runs Evaluate's program; created on first use, released by Close.
+	eval *context.Exec
 }
 
 // New validates config (Config.Validate) and prepares a trainer of config.Model whose variables
@@ -209,6 +211,10 @@ func (t *Trainer) Close() {
 	if t.exec != nil {
 		t.exec.Close()
 		t.exec = nil
+	}
+	if t.eval != nil {
+		t.eval.Finalize()
+		t.eval = nil
 	}
 }
 

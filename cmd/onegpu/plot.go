@@ -22,7 +22,8 @@ func plotLoss(file, title string, h *train.History) error {
 }
 
 // plotLosses writes the losses per step of several runs, one line each with its name in the
-// legend, to a PNG file.
+// legend, to a PNG file; a run's evaluation loss (History.Eval), when it has one, is a line of
+// points next to its own, "eval" in the legend.
 func plotLosses(file, title string, names []string, histories []*train.History) error {
 	p := plot.New()
 	p.Title.Text = wrapTitle(title, titleWidth)
@@ -43,6 +44,23 @@ func plotLosses(file, title string, names []string, histories []*train.History) 
 		p.Add(line)
 		if names[i] != "" {
 			p.Legend.Add(names[i], line)
+		}
+		if len(h.Eval) > 0 {
+			evals := make(plotter.XYs, len(h.Eval))
+			for j, e := range h.Eval {
+				evals[j].X, evals[j].Y = float64(e.Step), e.Loss
+			}
+			eval, points, err := plotter.NewLinePoints(evals)
+			if err != nil {
+				return fmt.Errorf("plotting the evaluation loss: %w", err)
+			}
+			eval.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+			eval.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+			p.Add(eval, points)
+			p.Legend.Add(strings.TrimSpace(names[i]+" eval"), eval, points)
+			if names[i] == "" {
+				p.Legend.Add("training", line)
+			}
 		}
 	}
 	p.Legend.Top = true

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/hostmemory"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/platform"
@@ -28,11 +29,17 @@ func init() {
 
 func runTrain(args []string, w io.Writer) (err error) {
 	defer inFlags(&err)
-	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy] [--init-hf DIR] [--export-hf DIR [--merge]] [--lora SPEC [--quantize-base nf4|int8] [--base-dtype D]] [--init-adapter DIR] [--export-adapter DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
+	fs := newFlagSet("train", "[--model gpt|mlp] [--preset P] [--policy S] [--remat SPEC] [--microbatches K] [--offload none|optimizer|params] [--budget BYTES] [--steps N] [--data text|synthetic|FILE.npy|FILE.txt|FILE.jsonl|DIR] [--tokenizer DIR] [--template T] [--eval-split S|--eval-data FILE] [--eval-every N] [--init-hf DIR] [--export-hf DIR [--merge]] [--lora SPEC [--quantize-base nf4|int8] [--base-dtype D]] [--init-adapter DIR] [--export-adapter DIR] [--checkpoint DIR] [--save-every N] [--keep N] [--overwrite] [--allow-other-data] [--plot FILE.png] [--json]")
 	var s setup
 	s.register(fs, "gpt", "tiny")
 	steps := fs.Int("steps", 60, "train up to this global step (a resumed run continues from its checkpoint)")
-	dataName := fs.String("data", "text", "a language model's data: text (byte-level Genesis and Exodus, shipped with onegpu), synthetic (the tutorial's fixed random batch)\nor FILE.npy (token ids [sequences, length], int32 or int64, cut into windows of the sequence length + 1)")
+	dataName := fs.String("data", "text", "a language model's data: text (byte-level Genesis and Exodus, shipped with onegpu), synthetic (the tutorial's fixed random batch),\n"+
+		"FILE.npy (token ids [sequences, length], int32 or int64, cut into windows of the sequence length + 1), or text of your own:\n"+
+		"FILE.txt (one document, or several with --separator), a folder of .txt files (one document each) or FILE.jsonl (one record a line:\n"+
+		"{\"text\": ...}, {\"prompt\": ..., \"completion\": ...} or {\"messages\": [...]} with --template), tokenized with --tokenizer and packed\n"+
+		"into sequences of --seq tokens (attention within each document; prompts and other roles' messages carry no loss)")
+	var textFlags textRun
+	textFlags.register(fs)
 	var hfFlags hfRun
 	hfFlags.register(fs)
 	var adapterFlags adapterRun
@@ -111,6 +118,13 @@ func runTrain(args []string, w io.Writer) (err error) {
 			return err
 		}
 	}
+	if err := textFlags.prepare(&config, *dataName, hfFlags.initDir, set); err != nil {
+		return err
+	}
+	var progress io.Writer = flagWriter{w}
+	if *asJSON {
+		progress = nil
+	}
 	// Everything that can refuse the run does so before any work: output paths, the checkpoint
 	// folder (lock, damage, config), memory.
 	if *plotFile != "" {
@@ -128,6 +142,15 @@ func runTrain(args []string, w io.Writer) (err error) {
 		}
 		defer store.Close()
 	}
+	// Text is read and tokenized before the step compiles: its errors come first.
+	var batches data.Data
+	var text, evalText *data.Packed
+	if textFlags.text {
+		if text, evalText, err = textFlags.read(config, *dataName, *checkpointDir, progress); err != nil {
+			return err
+		}
+		batches = text
+	}
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return err
@@ -141,15 +164,18 @@ func runTrain(args []string, w io.Writer) (err error) {
 	if err := checkMemory(trainer, spec); err != nil {
 		return err
 	}
-	batches, err := batchData(config, *dataName)
-	if err != nil {
-		return err
+	if batches == nil {
+		if batches, err = batchData(config, *dataName); err != nil {
+			return err
+		}
 	}
-	var progress io.Writer = flagWriter{w}
-	if *asJSON {
-		progress = nil
-	} else {
+	if progress != nil {
 		fmt.Fprintf(w, "%s\nbackend %s\n", describe(config), spec)
+		for _, d := range []*data.Packed{text, evalText} {
+			if d != nil {
+				fmt.Fprintln(w, d.Summary())
+			}
+		}
 	}
 	if err := hfFlags.load(trainer, store, progress); err != nil {
 		return err
@@ -159,8 +185,12 @@ func runTrain(args []string, w io.Writer) (err error) {
 	}
 	stop, stopped := stopOnSignal(os.Stderr)
 	defer stopped()
-	history, runErr := trainer.Run(batches, train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery,
-		Checkpoints: store, SaveEvery: *saveEvery, Stop: stop, AllowOtherData: *allowOtherData})
+	opts := train.RunOptions{Steps: *steps, Progress: progress, LogEvery: *logEvery, Checkpoints: store, SaveEvery: *saveEvery, Stop: stop,
+		AllowOtherData: *allowOtherData, EvalEvery: textFlags.evalEvery}
+	if evalText != nil {
+		opts.Eval = evalText
+	}
+	history, runErr := trainer.Run(batches, opts)
 	if history == nil {
 		return runErr
 	}
@@ -180,11 +210,13 @@ func runTrain(args []string, w io.Writer) (err error) {
 	}
 	if *asJSON {
 		out := struct {
-			Config  string `json:"config"`
-			Backend string `json:"backend"`
-			Error   string `json:"error,omitempty"`
+			Config   string            `json:"config"`
+			Backend  string            `json:"backend"`
+			Error    string            `json:"error,omitempty"`
+			Data     *data.PackedStats `json:"data,omitempty"`
+			EvalData *data.PackedStats `json:"eval_data,omitempty"`
 			*train.History
-		}{Config: describe(config), Backend: spec.String(), History: history}
+		}{Config: describe(config), Backend: spec.String(), History: history, Data: text.Stats(), EvalData: evalText.Stats()}
 		if runErr != nil {
 			out.Error = runErr.Error()
 		}
