@@ -32,7 +32,7 @@ type textRun struct {
 
 func (r *textRun) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.tokenizerDir, "tokenizer", "", "with text --data, the tokenizer: a Hugging Face folder with tokenizer.json (and tokenizer_config.json\nor generation_config.json naming BOS and EOS) (default: the --init-hf folder)")
-	fs.StringVar(&r.template, "template", "", "with a .jsonl --data of \"messages\", the chat template that renders them: "+strings.Join(data.ChatTemplateNames(), ", ")+"\n(the assistant's replies carry the loss)")
+	fs.StringVar(&r.template, "template", "", "with a .jsonl --data of \"messages\", the chat template that renders them: "+strings.Join(data.ChatTemplateNames(), ", ")+"\n(the assistant's replies carry the loss) (default: none; a file of messages needs one)")
 	fs.StringVar(&r.separator, "separator", "", `with a .txt --data, split it into documents at each occurrence of this text (Go escapes read: "\n\n") (default: one document a file)`)
 	fs.StringVar(&r.evalData, "eval-data", "", "evaluate on this text data (as --data: .txt, .jsonl or a folder) every --eval-every steps and after the last (default: none)")
 	fs.Float64Var(&r.evalSplit, "eval-split", 0, "hold out this share of --data's documents, drawn with --seed, for evaluation instead, e.g. 0.05 (default: none)")
