@@ -29,6 +29,11 @@ func plotLosses(file, title string, names []string, histories []*train.History) 
 	p.Title.Text = wrapTitle(title, titleWidth)
 	p.X.Label.Text = "step"
 	p.Y.Label.Text = "training loss"
+	for _, h := range histories {
+		if len(h.Eval) > 0 {
+			p.Y.Label.Text = "loss"
+		}
+	}
 	p.Add(plotter.NewGrid())
 	for i, h := range histories {
 		points := make(plotter.XYs, len(h.Steps))
