@@ -46,6 +46,16 @@ func packedTokens(t *testing.T, batch int) *data.Packed {
 	return d
 }
 
+// packedLlama is llamaReference on packed documents (packedTokens), in batches of 4.
+func packedLlama(t *testing.T) train.Config {
+	c := llamaReference(t)
+	c.Batch = 4
+	m := c.Model.(models.Llama)
+	m.Packed = true
+	c.Model = m
+	return c
+}
+
 // TestPackedLossIsExactInMicroBatches: the tiny Llama on packed documents, whose sequences hold
 // different numbers of loss-carrying targets: its loss is the mean over the whole batch's
 // loss-carrying targets, the same with 1 or 4 micro-batches within 1e-6 (float32), and streamed
@@ -67,11 +77,7 @@ func TestPackedLossIsExactInMicroBatches(t *testing.T) {
 		t.Fatalf("the first batch's sequences all carry the same number of targets (%v): a mean of means would pass", counts)
 	}
 	losses := func(edit func(c *train.Config)) []float64 {
-		c := llamaReference(t)
-		c.Batch = 4
-		m := c.Model.(models.Llama)
-		m.Packed = true
-		c.Model = m
+		c := packedLlama(t)
 		edit(&c)
 		tr, err := train.New(embedded(), c)
 		if err != nil {
@@ -182,11 +188,8 @@ func (b oneBatch) EvalBatch(int) []*tensors.Tensor { return b }
 func TestEvaluate(t *testing.T) {
 	batches := packedTokens(t, 4)
 	for _, k := range []int{1, 4} {
-		c := llamaReference(t)
-		c.Batch, c.MicroBatches = 4, k
-		m := c.Model.(models.Llama)
-		m.Packed = true
-		c.Model = m
+		c := packedLlama(t)
+		c.MicroBatches = k
 		tr, err := train.New(embedded(), c)
 		if err != nil {
 			t.Fatal(err)
@@ -208,12 +211,7 @@ func TestEvaluate(t *testing.T) {
 		}
 		tr.Close()
 	}
-	c := llamaReference(t)
-	c.Batch = 4
-	m := c.Model.(models.Llama)
-	m.Packed = true
-	c.Model = m
-	tr, err := train.New(embedded(), c)
+	tr, err := train.New(embedded(), packedLlama(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,14 +118,7 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 	}
 	userBefore, baseBefore := folderBytes(t, user), folderBytes(t, base)
 	for _, c := range cases {
-		var log bytes.Buffer
-		err := runTrain(c.args, &log)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("train %v: %v, want an error containing %q", c.args, err, c.want)
-		}
-		if log.Len() > 0 {
-			t.Errorf("train %v printed %q before refusing", c.args, log.String())
-		}
+		trainRefuses(t, c.args, c.want)
 	}
 	if !maps.Equal(folderBytes(t, user), userBefore) || !maps.Equal(folderBytes(t, base), baseBefore) {
 		t.Errorf("a refused run changed the folders")

@@ -62,6 +62,24 @@ func TestTrainDivergingKeepsCheckpoints(t *testing.T) {
 	}
 }
 
+// trainRefuses runs train with args and fails t unless it returns an error containing want
+// without printing anything first; it returns the error.
+func trainRefuses(t *testing.T, args []string, want string) error {
+	t.Helper()
+	var out bytes.Buffer
+	err := runTrain(args, &out)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("train %v: error %v, want one containing %q", args, err, want)
+		if err == nil {
+			err = errors.New("no error")
+		}
+	}
+	if out.Len() > 0 {
+		t.Errorf("train %v printed %q before refusing", args, out.String())
+	}
+	return err
+}
+
 // TestTrainChecksBeforeWork: output paths (a folder for the plot, a loop of symbolic links, a
 // missing folder), flag values and memory are checked before anything is built, trained or
 // allocated, with messages that name the flag and the path.
@@ -94,14 +112,7 @@ func TestTrainChecksBeforeWork(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var out bytes.Buffer
-		err := runTrain(c.args, &out)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
-		}
-		if out.Len() > 0 {
-			t.Errorf("%v: printed %q before refusing", c.args, out.String())
-		}
+		err := trainRefuses(t, c.args, c.want)
 		if c.args[0] == "--batch" && !strings.Contains(err.Error(), "flags that fit: --batch ") {
 			t.Errorf("%v: %v, want the flags that fit", c.args, err)
 		}

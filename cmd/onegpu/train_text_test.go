@@ -110,13 +110,6 @@ func TestTrainTextChecksBeforeWork(t *testing.T) {
 		{[]string{"--data", "text", "--template", "llama3"}, "--template does not apply: --data text is not text data"},
 		{[]string{"--model", "mlp", "--data", notesFixture}, "--data does not apply"},
 	} {
-		var out bytes.Buffer
-		err := runTrain(c.args, &out)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: error %v, want one containing %q", c.args, err, c.want)
-		}
-		if out.Len() > 0 {
-			t.Errorf("%v: printed %q before refusing", c.args, out.String())
-		}
+		trainRefuses(t, c.args, c.want)
 	}
 }
