@@ -108,7 +108,7 @@ func (t *Trainer) checkEvaluate() error { return t.Config.CanEvaluate() }
 // Devices).
 func (c Config) CanEvaluate() error {
 	if c.Offload != OffloadNone || c.Devices.Distributed() {
-		return fmt.Errorf("evaluation runs the model whole on one device, and this run has Offload %s on %d devices: "+
+		return fmt.Errorf("evaluation runs the model whole on one device, and this run has Config.Offload %s and Config.Devices.Count %d: "+
 			"evaluate its checkpoints instead (train.Load, onegpu eval), or train without offload on one device", c.Offload, max(1, c.Devices.Count))
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/onegpu/onegpu/data"
-	ograph "github.com/onegpu/onegpu/graph"
+	"github.com/onegpu/onegpu/platform"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -23,8 +23,8 @@ var notesFixture = filepath.Join("..", "..", "data", "testdata", "notes.jsonl")
 // tokenizer; the tokenized data is cached in the checkpoint folder, which records the data: a
 // resumed run reads the cache, and one with another split is refused as other data.
 func TestTrainText(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := t.TempDir()
 	out, ck := filepath.Join(dir, "out"), filepath.Join(dir, "ck")
 	args := []string{"--init-hf", hfFixture, "--data", notesFixture, "--eval-split", "0.05", "--eval-every", "2", "--batch", "4", "--microbatches", "2",
@@ -75,8 +75,8 @@ func TestTrainText(t *testing.T) {
 // TestTrainTextChecksBeforeWork: text data's bad input is refused before anything is tokenized,
 // built or trained (nothing printed), naming the flag, the file and the line.
 func TestTrainTextChecksBeforeWork(t *testing.T) {
-	t.Setenv(ograph.EnvBackend, "")
-	t.Setenv(ograph.EnvPlugin, "")
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
 	dir := t.TempDir()
 	file := func(name, content string) string {
 		path := filepath.Join(dir, name)
