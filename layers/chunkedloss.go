@@ -123,15 +123,24 @@ func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node,
 	}
 	tokens := labels.Shape().Size()
 	g := x.Graph()
+	bias := proj.Bias
+	if !proj.Frozen {
+		// A frozen weight takes no gradient: it needs no stop, and gets no copy (the embedded
+		// backend copies a variable an Identity passes on: a [vocab, width] head at the loss's peak).
+		w = graph.StopGradient(w)
+		if bias != nil {
+			bias = graph.StopGradient(bias)
+		}
+	}
 	l := &chunkedLoss{
 		x:            graph.Reshape(graph.StopGradient(x), tokens, width),
-		weight:       graph.ConvertDType(graph.StopGradient(w), x.DType()),
+		weight:       graph.ConvertDType(w, x.DType()),
 		labels:       graph.Reshape(graph.ConvertDType(labels, dtypes.Int32), tokens, 1),
 		classesFirst: proj.ClassesFirst, vocab: vocab, wide: statsDType(x.DType()),
 		xShape: x.Shape(), weightDType: w.DType(), chunks: spans(tokens, chunk),
 	}
 	if proj.Bias != nil {
-		l.bias = graph.Reshape(graph.ConvertDType(graph.StopGradient(proj.Bias), x.DType()), 1, vocab)
+		l.bias = graph.Reshape(graph.ConvertDType(bias, x.DType()), 1, vocab)
 	}
 	if weights == nil {
 		l.count = graph.Scalar(g, l.wide, float64(tokens))

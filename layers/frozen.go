@@ -57,7 +57,9 @@ func (l Linear) frozen(ctx *context.Context, x *graph.Node, features int) *graph
 // what depends on variables only: all of a model's dequantized weights at the step's start) nor
 // kept from the forward pass to the backward one. The quantized base of QLoRA stays quantized.
 func frozenProduct(ctx *context.Context, x *graph.Node, weight func(dep *graph.Node) *graph.Node) *graph.Node {
-	value := LinearWith(ctx, graph.StopGradient(x), weight(x))
+	// No StopGradient on x: withGradients stops the value's own gradient, and an Identity of x
+	// (which the adapters read too) would be a copy of it on the embedded backend.
+	value := LinearWith(ctx, x, weight(x))
 	return withGradients("frozen projection", []*graph.Node{x}, value, func(_, v *graph.Node) []*graph.Node {
 		w := mixed.PolicyOf(ctx).CastToCompute(weight(v))
 		return []*graph.Node{graph.DotGeneral(v, []int{v.Rank() - 1}, nil, w, []int{0}, nil)}

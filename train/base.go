@@ -39,8 +39,13 @@ func (t *Trainer) prepareBase() error {
 	from := cmp.Or(t.BaseSource, "weights set by SetWeights")
 	if !t.hasWeights() {
 		// The float weights from the seed: the step built without quantization, initialized.
+		if t.embedding().on {
+			if err := t.createTable(); err != nil {
+				return err
+			}
+		}
 		t.Config.LoRA.Quantize = quant.Config{}
-		p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize_base", t.InputShapes(), t.StepFn())
+		p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize_base", t.StepShapes(), t.StepFn())
 		t.Config.LoRA = lora
 		if err != nil {
 			return fmt.Errorf("building the base model: %w", err)

@@ -45,7 +45,7 @@ func (t *Trainer) DeviceProgram() (*DeviceProgram, error) {
 		d.Count = 1
 	}
 	ctx := context.New()
-	inputs := t.InputShapes()
+	inputs := t.StepShapes()
 	if err := createVariables(t.Backend, ctx, inputs, t.StepFn()); err != nil {
 		return nil, err
 	}

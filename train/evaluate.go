@@ -70,6 +70,10 @@ func (t *Trainer) Evaluate(d Evaluation) (EvalPoint, error) {
 			}
 		}
 		for _, piece := range pieces {
+			piece, err := t.embedOnHost(piece)
+			if err != nil {
+				return EvalPoint{}, fmt.Errorf("evaluate: batch %d: %w", i, err)
+			}
 			outs, err := t.eval.Exec(args(piece)...)
 			if err != nil {
 				return EvalPoint{}, fmt.Errorf("evaluate: batch %d: %w", i, err)
@@ -119,7 +123,7 @@ func (t *Trainer) evalFn(ctx *context.Context, inputs []*graph.Node) []*graph.No
 	s := t.Config.Settings()
 	s.Training, s.Remat = false, Remat{}
 	s.Apply(ctx, inputs[0].Graph())
-	loss, metrics := t.Config.Model.Loss(ctx, inputs)
+	loss, metrics := t.modelLoss(ctx, inputs)
 	f32 := func(n *graph.Node) *graph.Node { return graph.ConvertDType(n, dtypes.Float32) }
 	out := []*graph.Node{f32(loss.Sum), f32(loss.Count)}
 	for _, m := range metrics {

@@ -180,7 +180,7 @@ func (o *offloadExecutor) start() error {
 func (o *offloadExecutor) prepare(t *Trainer) error {
 	// The programs find the variables these builds create, as after a checkpoint.
 	t.Ctx = t.Ctx.Checked(false)
-	device, err := analysis.ContextProgram(t.Backend, t.Ctx, StepName, t.InputShapes(), t.deviceGradientsFn())
+	device, err := analysis.ContextProgram(t.Backend, t.Ctx, StepName, t.StepShapes(), t.deviceGradientsFn())
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func (t *Trainer) Initialize() error {
 	if err := t.prepareBase(); err != nil {
 		return err
 	}
-	p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize", t.InputShapes(), t.StepFn())
+	p, err := analysis.ContextProgram(t.Backend, t.Ctx, "initialize", t.StepShapes(), t.StepFn())
 	if err != nil {
 		return fmt.Errorf("building the train step: %w", err)
 	}

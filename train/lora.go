@@ -11,6 +11,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/mixed"
 )
 
 // validateLoRA refuses a LoRA that cannot be used, a BaseDType without one, and the executor
@@ -43,7 +44,7 @@ func (t *Trainer) lossFn() accum.LossFn {
 	}
 	lora := t.Config.LoRA.Resolved()
 	return func(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
-		loss, metrics := t.Config.Model.Loss(ctx, batch)
+		loss, metrics := t.modelLoss(ctx, batch)
 		if err := checkTargets(ctx, lora); err != nil {
 			panic(err)
 		}
@@ -103,4 +104,24 @@ func (c Config) describeAdapters() string {
 		s += ", " + q.String()
 	}
 	return s
+}
+
+// modelLoss is the model's loss on the step's inputs: Model.Loss, or with the embedding gathered
+// on the host (hostembed.go) the stages after it, from its output.
+func (t *Trainer) modelLoss(ctx *context.Context, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+	if t.embedding().on {
+		return lossFromEmbedding(ctx, t.Config.Model.(Staged), batch)
+	}
+	return t.Config.Model.Loss(ctx, batch)
+}
+
+// lossFromEmbedding is a Staged model's loss from the embedding stage's output, gathered on the
+// host in the base's dtype (batch[0]; the rest of the micro-batch as it is): cast to the compute
+// dtype, then the blocks and the head, as Loss runs them.
+func lossFromEmbedding(ctx *context.Context, m Staged, batch []*graph.Node) (accum.Mean, []accum.Mean) {
+	x := mixed.PolicyOf(ctx).CastToCompute(batch[0])
+	for i := range m.Blocks() {
+		x = m.BlockStage(inScopePath(ctx, m.BlockScope(i)), x, batch)
+	}
+	return m.HeadStage(ctx, x, batch)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/data"
@@ -24,12 +25,24 @@ var allProjections = []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj
 
 // TestLoRAStartsAtTheBase: the tiny Llama's first loss with LoRA on every projection equals the
 // base model's bit for bit (B starts at zero), in float32 and with bfloat16 compute, 2
-// micro-batches and remat of whole layers; after 4 steps every base weight is bit-identical,
-// every adapter has moved, the loss fell, and the optimizer holds state for the adapters only.
+// micro-batches and remat of whole layers, with tied embeddings and untied ones (whose table the
+// LoRA run keeps in host memory, gathering the rows there: EmbeddingOnHost); after 4 steps every
+// base weight is bit-identical, every adapter has moved, the loss fell, and the optimizer holds
+// state for the adapters only.
 func TestLoRAStartsAtTheBase(t *testing.T) {
-	for _, policy := range []mixed.Policy{mixed.Float32, {Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}} {
+	bf16 := mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32}
+	for _, tc := range []struct {
+		policy mixed.Policy
+		tied   bool
+	}{{mixed.Float32, true}, {bf16, true}, {mixed.Float32, false}, {bf16, false}} {
+		policy := tc.policy
 		base := llamaReference(t)
 		base.Policy, base.MicroBatches, base.Remat = policy, 2, train.Remat{Kinds: []string{"block"}}
+		if !tc.tied {
+			l := base.Model.(models.Llama)
+			l.Config.TiedEmbeddings = false
+			base.Model = l
+		}
 		adapted := base
 		adapted.LoRA = layers.LoRA{Rank: 4, Alpha: 8, Targets: allProjections}
 		first := llamaLosses(t, testkit.Embedded(), base, 1)
@@ -37,6 +50,20 @@ func TestLoRAStartsAtTheBase(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if tr.EmbeddingOnHost() == tc.tied {
+			t.Errorf("%s, tied %t: EmbeddingOnHost %t, want %t", policy, tc.tied, tr.EmbeddingOnHost(), !tc.tied)
+		}
+		ctx := context.New()
+		p, err := analysis.ContextProgram(testkit.Embedded(), ctx, "step", tr.StepShapes(), tr.DeviceStepFn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for v := range ctx.IterVariables() {
+			if strings.Contains(v.Scope(), "embed_tokens") && v.InUseByGraph(p.Graph) == !tc.tied {
+				t.Errorf("%s, tied %t: the device step reads %s: %t", policy, tc.tied, v.ScopeAndName(), !tc.tied)
+			}
+		}
+		p.Graph.Finalize()
 		if err := tr.Initialize(); err != nil {
 			t.Fatal(err)
 		}
@@ -154,5 +181,17 @@ func TestLoRATechniques(t *testing.T) {
 		}, 2e-2, false, false},
 		{"adam8bit", func(c *train.Config) { c.Optimizer = mustOptimizer(t, "adam8bit") }, -1, false, true},
 		{"4 devices, params sharded", func(c *train.Config) { c.Devices = train.Devices{Count: 4, Shard: train.ShardParams} }, 1e-5, true, false},
+	})
+	// Untied embeddings, whose table stays in host memory (EmbeddingOnHost): the offloaded
+	// optimizer and micro-batches read the host's rows as the plain step does.
+	untied := reference
+	l := untied.Model.(models.Llama)
+	l.Config.TiedEmbeddings = false
+	untied.Model = l
+	t.Run("untied", func(t *testing.T) {
+		checkTechniques(t, untied, []technique{
+			{"offload optimizer", func(c *train.Config) { c.Offload = train.OffloadOptimizer }, 0, false, true},
+			{"4 micro-batches", func(c *train.Config) { c.MicroBatches = 4 }, 1e-5, false, true},
+		})
 	})
 }

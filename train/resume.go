@@ -27,7 +27,7 @@ func (t *Trainer) checkVariables(store *checkpoint.Folder) error {
 		return err
 	}
 	ctx := context.New()
-	p, err := analysis.ContextProgram(t.Backend, ctx, "variables", t.InputShapes(), t.StepFn())
+	p, err := analysis.ContextProgram(t.Backend, ctx, "variables", t.StepShapes(), t.StepFn())
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,8 @@ type Trainer struct {
 	BaseSource string
 	// base is the LoRA run's base once made (prepareBase); nil before, and without LoRA.
 	base *base
+	// embed says whether the input embedding is gathered on the host (hostembed.go), once known.
+	embed *hostEmbedding
 	// exec runs the step (see executor); created on first use, released by Close.
 	exec Executor
 	// started is set once a step has been compiled and run (Initialize must come before).
@@ -83,7 +85,7 @@ const StepName = "train_step"
 // optimizer offloaded it is the backend's part of the step (DeviceStepFn).
 func (t *Trainer) Program() (*analysis.Program, error) {
 	ctx := context.New()
-	return analysis.ContextProgram(t.Backend, ctx, StepName, t.InputShapes(), t.DeviceStepFn())
+	return analysis.ContextProgram(t.Backend, ctx, StepName, t.StepShapes(), t.DeviceStepFn())
 }
 
 // StepMetrics are one step's results.
@@ -129,9 +131,13 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 			return nil, nil, err
 		}
 	}
+	batch, err := t.embedOnHost(batch)
+	if err != nil {
+		return nil, nil, err
+	}
 	before := t.Steps()
 	t.started = true
-	err := panics.Catch(func() {
+	err = panics.Catch(func() {
 		var err error
 		if outs, g, err = t.executor().Run(batch); err != nil {
 			panic(err)
@@ -216,6 +222,7 @@ func (t *Trainer) Close() {
 		t.eval.Finalize()
 		t.eval = nil
 	}
+	t.embed.close()
 }
 
 func scalar(t *tensors.Tensor) float64 {

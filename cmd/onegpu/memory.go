@@ -184,7 +184,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 		step = withStockGradients(step)
 	}
 	ctx := context.New()
-	p, err := analysis.ContextProgram(backend, ctx, stepName, trainer.InputShapes(), step)
+	p, err := analysis.ContextProgram(backend, ctx, stepName, trainer.StepShapes(), step)
 	if err != nil {
 		return nil, err
 	}
