@@ -6,10 +6,12 @@ import (
 	"io"
 	"slices"
 
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/layers"
+	"github.com/onegpu/onegpu/quant"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/train/checkpoint"
 )
@@ -137,4 +139,54 @@ func (a *adapterRun) export(t *train.Trainer, progress io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// adapterOnBase is --adapter DIR and --quantize-base of the commands that read a Hugging Face
+// folder (eval, generate): a PEFT adapter applied to the folder's model, whose base is quantized
+// as a QLoRA run trained it.
+type adapterOnBase struct {
+	dir, quantizeBase string
+}
+
+func (a *adapterOnBase) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.dir, "adapter", "", "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) for --hf's model, applied to it (default: none)")
+	fs.StringVar(&a.quantizeBase, "quantize-base", "", "with --adapter: quantize the adapted base weights as a QLoRA run trained them, nf4 or int8 (default: as loaded)")
+}
+
+// check refuses --quantize-base without --adapter, and an unknown format, before anything is read.
+func (a *adapterOnBase) check() error {
+	if a.quantizeBase == "" {
+		return nil
+	}
+	if a.dir == "" {
+		return fmt.Errorf("--quantize-base applies to the base of an --adapter: give --adapter DIR")
+	}
+	if _, err := quant.ParseFormat(a.quantizeBase); err != nil {
+		return fmt.Errorf("--quantize-base: %w", err)
+	}
+	return nil
+}
+
+// apply reads --adapter onto p's model (its variables in param's dtype) and quantizes the adapted
+// base weights for --quantize-base; it returns the adapters, for the graphs' settings (none
+// without --adapter).
+func (a *adapterOnBase) apply(p *hf.Pretrained, param dtypes.DType) (layers.LoRA, error) {
+	if a.dir == "" {
+		return layers.LoRA{}, nil
+	}
+	lora, err := hf.LoadAdapter(p.Ctx, a.dir, p.Layout, param)
+	if err != nil {
+		return lora, fmt.Errorf("--adapter: %w", err)
+	}
+	if a.quantizeBase != "" {
+		format, err := quant.ParseFormat(a.quantizeBase)
+		if err != nil {
+			return lora, fmt.Errorf("--quantize-base: %w", err)
+		}
+		lora.Quantize = quant.Default(format)
+		if _, err := layers.QuantizeWeights(p.Ctx, lora); err != nil {
+			return lora, fmt.Errorf("--quantize-base: %w", err)
+		}
+	}
+	return lora, nil
 }

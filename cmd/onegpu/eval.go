@@ -13,10 +13,8 @@ import (
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/hf"
 	"github.com/onegpu/onegpu/internal/panics"
-	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/platform"
-	"github.com/onegpu/onegpu/quant"
 	"github.com/onegpu/onegpu/train"
 )
 
@@ -73,8 +71,8 @@ func runEval(args []string, w io.Writer) (err error) {
 	defer inFlags(&err)
 	fs := newFlagSet("eval", "--hf DIR --tokens FILE.npy [--adapter DIR [--quantize-base nf4|int8]] [--policy S] [--batch N] [--attention A] [--cross-entropy C] [--backend SPEC] [--json]")
 	dir := fs.String("hf", "", "Hugging Face checkpoint folder: config.json and model.safetensors (or shards with their index) of a Llama or a Qwen2")
-	adapter := fs.String("adapter", "", "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) for --hf's model, applied to it (default: none)")
-	quantizeBase := fs.String("quantize-base", "", "with --adapter: quantize the adapted base weights as a QLoRA run trained them, nf4 or int8 (default: as loaded)")
+	var adapter adapterOnBase
+	adapter.register(fs)
 	tokensFile := fs.String("tokens", "", ".npy of token ids [sequences, length], int32 or int64; each sequence's tokens after the first are predicted")
 	policyText := fs.String("policy", "float32", `precision policy, jmp's grammar: "float32", "params=float32,compute=bfloat16,output=float32", "bf16", ...`)
 	batch := fs.Int("batch", 8, "sequences per evaluated batch, at least 1")
@@ -90,6 +88,9 @@ func runEval(args []string, w io.Writer) (err error) {
 	}
 	if *batch < 1 {
 		return fmt.Errorf("--batch %d: evaluate at least 1 sequence at a time", *batch)
+	}
+	if err := adapter.check(); err != nil {
+		return err
 	}
 	policy, err := mixed.ParsePolicy(*policyText)
 	if err != nil {
@@ -136,22 +137,8 @@ func runEval(args []string, w io.Writer) (err error) {
 	}
 	m := p.Model.(train.Model)
 	settings := train.Settings{Policy: policy, Attention: attention, CrossEntropy: crossEntropy}
-	if *adapter != "" {
-		if settings.LoRA, err = hf.LoadAdapter(p.Ctx, *adapter, p.Layout, policy.Param); err != nil {
-			return fmt.Errorf("--adapter: %w", err)
-		}
-		if *quantizeBase != "" {
-			format, err := quant.ParseFormat(*quantizeBase)
-			if err != nil {
-				return fmt.Errorf("--quantize-base: %w", err)
-			}
-			settings.LoRA.Quantize = quant.Default(format)
-			if _, err := layers.QuantizeWeights(p.Ctx, settings.LoRA); err != nil {
-				return fmt.Errorf("--quantize-base: %w", err)
-			}
-		}
-	} else if *quantizeBase != "" {
-		return fmt.Errorf("--quantize-base applies to the base of an --adapter: give --adapter DIR")
+	if settings.LoRA, err = adapter.apply(p, policy.Param); err != nil {
+		return err
 	}
 	// p.Ctx is in Reuse mode: a variable the folder lacks is an error, not a fresh random weight.
 	exec, err := context.NewExec(backend, p.Ctx, func(ctx *context.Context, tokens, labels *graph.Node) []*graph.Node {
@@ -179,7 +166,7 @@ func runEval(args []string, w io.Writer) (err error) {
 		count += float64(tensors.MustCopyFlatData[float32](outs[1])[0])
 	}
 	r := evalReport{Loss: sum / count, Tokens: int64(count), Model: fmt.Sprint(m), Policy: policy.String(), Backend: spec.String(),
-		Attention: attention.String(), CrossEntropy: crossEntropy.String(), Adapter: *adapter, LoRA: settings.LoRA.String()}
+		Attention: attention.String(), CrossEntropy: crossEntropy.String(), Adapter: adapter.dir, LoRA: settings.LoRA.String()}
 	if *asJSON {
 		return writeJSON(w, r)
 	}

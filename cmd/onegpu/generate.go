@@ -62,12 +62,13 @@ type generateFlags struct {
 	seed                                uint64
 	special, ignoreEOS, noCache, asJSON bool
 	policy, backend                     string
+	adapter                             adapterOnBase
 	set                                 map[string]bool
 }
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("generate", "--hf DIR | --checkpoint DIR  --prompt TEXT | --prompt-file FILE | --prompt-ids IDS  "+
-		"[--max-new-tokens N] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--tokenizer DIR] [--no-cache] [--json]")
+		"[--adapter DIR [--quantize-base nf4|int8]] [--max-new-tokens N] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--tokenizer DIR] [--no-cache] [--json]")
 	var f generateFlags
 	fs.StringVar(&f.hfDir, "hf", "", "Hugging Face folder: config.json and model.safetensors (or shards) of a Llama, Qwen2 or Mistral")
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "a checkpoint folder onegpu train wrote (its newest whole checkpoint; the model and policy from its manifest)")
@@ -84,6 +85,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.ignoreEOS, "ignore-eos", false, "generate --max-new-tokens tokens, past the tokenizer's end tokens (for timing)")
 	fs.BoolVar(&f.noCache, "no-cache", false, "recompute the whole sequence for every token instead of reading a KV cache (the baseline the cache is measured against)")
 	fs.StringVar(&f.policy, "policy", "float32", `with --hf: precision policy, jmp's grammar: "float32", "bf16", "params=float32,compute=bfloat16,output=float32"; a checkpoint computes under its run's`)
+	f.adapter.register(fs)
 	fs.StringVar(&f.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
 	fs.BoolVar(&f.asJSON, "json", false, `print {"prompt_ids": [...], "ids": [...], "text": ..., "tokens_per_second": ...} as one JSON object instead of the text as it comes`)
 	if err := parseArgs(fs, args); err != nil {
@@ -102,6 +104,11 @@ func (f *generateFlags) check() error {
 		return errors.New("--seed seeds the draws of sampling, and greedy decoding (--temperature 0) draws nothing: give --temperature above 0")
 	case f.set["policy"] && f.checkpoint != "":
 		return errors.New("--policy is for --hf: a checkpoint computes under its run's policy, from its manifest")
+	case f.adapter.dir != "" && f.checkpoint != "":
+		return errors.New("--adapter applies to --hf's model: give the adapter's base with --hf DIR")
+	}
+	if err := f.adapter.check(); err != nil {
+		return err
 	}
 	given := 0
 	for _, name := range []string{"prompt", "prompt-file", "prompt-ids"} {
@@ -290,9 +297,8 @@ func (f *generateFlags) promptTokens(tok *tokenizer.Tokenizer) ([]int32, error) 
 }
 
 // openModel reads the model, refuses a prompt it cannot continue (from the config alone, before
-// the weights, for --hf) and returns a Generator of it with its weights, and the policy it
-// computes under. (An adapter applied to --hf's model would be set here, on the settings, as eval
-// --adapter does.)
+// the weights, for --hf) and returns a Generator of it with its weights (and --adapter's, as eval
+// applies them), and the policy it computes under.
 func (f *generateFlags) openModel(backend backends.Backend, prompt []int32, o infer.Options) (*infer.Generator, mixed.Policy, error) {
 	if f.checkpoint != "" {
 		l, err := train.LoadOn(backend, f.checkpoint)
@@ -328,6 +334,9 @@ func (f *generateFlags) openModel(backend backends.Backend, prompt []int32, o in
 		return nil, policy, err
 	}
 	settings := train.Settings{Policy: policy}
+	if settings.LoRA, err = f.adapter.apply(p, policy.Param); err != nil {
+		return nil, policy, err
+	}
 	g, err := infer.New(backend, p.Model.(train.Model), p.Ctx, settings)
 	return g, policy, err
 }

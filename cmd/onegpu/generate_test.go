@@ -121,3 +121,44 @@ func TestGenerateRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateWithAdapter: generate --hf BASE --adapter DIR (the adapter PEFT wrote for the
+// fixture) continues a prompt as the model with the adapter merged into its weights does (train's
+// --export-hf --merge of that adapter, trained at a learning rate of 1e-30: unchanged), and
+// otherwise than the base alone; --quantize-base nf4 generates on the quantized base; an adapter
+// with --checkpoint, and --quantize-base without --adapter, are refused.
+func TestGenerateWithAdapter(t *testing.T) {
+	fx := testkit.ReadHFFixture(t, "llama3_untied")
+	peftAdapter := filepath.Join(filepath.Dir(fx.Dir), "peft", "llama3_untied_lora")
+	merged := filepath.Join(t.TempDir(), "merged")
+	if err := runTrain([]string{"--init-hf", fx.Dir, "--init-adapter", peftAdapter, "--data", fx.Dir + ".tokens.npy", "--seq", "23", "--batch", "2",
+		"--microbatches", "1", "--policy", "float32", "--steps", "1", "--lr", "1e-30", "--export-hf", merged, "--merge"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(args ...string) []int32 {
+		out, _ := runGenerateOK(t, append(args, "--prompt-ids", "1 5 9 17 33", "--max-new-tokens", "16", "--ignore-eos", "--json")...)
+		var r generateReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v: %q", err, out)
+		}
+		return r.IDs
+	}
+	adapted, whole, base := ids("--hf", fx.Dir, "--adapter", peftAdapter), ids("--hf", merged), ids("--hf", fx.Dir)
+	t.Logf("with the adapter %v; merged %v; the base alone %v", adapted, whole, base)
+	if !slices.Equal(adapted, whole) || slices.Equal(adapted, base) {
+		t.Errorf("with the adapter %v, merged %v: want the same; the base alone %v: want another", adapted, whole, base)
+	}
+	if q := ids("--hf", fx.Dir, "--adapter", peftAdapter, "--quantize-base", "nf4"); len(q) != 16 {
+		t.Errorf("on the NF4 base: %v, want 16 tokens", q)
+	}
+	for want, args := range map[string][]string{
+		"--adapter applies to --hf's model":                   {"--checkpoint", t.TempDir(), "--adapter", peftAdapter},
+		"--quantize-base applies to the base of an --adapter": {"--hf", fx.Dir, "--quantize-base", "nf4"},
+		"--quantize-base: quant: unknown format":              {"--hf", fx.Dir, "--adapter", peftAdapter, "--quantize-base", "nf3"},
+	} {
+		err := runGenerate(append(args, "--prompt-ids", "1 2"), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want an error saying %q", args, err, want)
+		}
+	}
+}
