@@ -8,7 +8,8 @@ import (
 )
 
 func init() {
-	Register("gpt", Family{Summary: "the tutorial's transformer", Presets: models.PresetNames(), Run: gptRun, WithDropout: gptDropout, WithSeq: gptSeq})
+	Register("gpt", Family{Summary: "the tutorial's transformer", Presets: models.PresetNames(), Run: gptRun, WithDropout: gptDropout, WithSeq: gptSeq,
+		WithLayers: gptLayers})
 }
 
 // gptRuns are the runs the GPT presets train with by default: the tutorial's batch of 64 in 4
@@ -42,6 +43,16 @@ func gptDropout(m train.Model, rate float64) train.Model {
 func gptSeq(m train.Model, seq int) (train.Model, error) {
 	g := m.(models.GPT)
 	g.Config.SeqLen = seq
+	if err := g.Config.Validate(); err != nil {
+		return m, err
+	}
+	return g, nil
+}
+
+// gptLayers is the GPT of m with layers blocks.
+func gptLayers(m train.Model, layers int) (train.Model, error) {
+	g := m.(models.GPT)
+	g.Config.Layers = layers
 	if err := g.Config.Validate(); err != nil {
 		return m, err
 	}

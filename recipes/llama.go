@@ -10,7 +10,7 @@ import (
 func init() {
 	for _, key := range models.LlamaFamilyNames() {
 		f, _ := models.LlamaFamilyOf(key)
-		Register(key, Family{Summary: f.Summary, Presets: f.PresetNames(), WithSeq: llamaSeq,
+		Register(key, Family{Summary: f.Summary, Presets: f.PresetNames(), WithSeq: llamaSeq, WithLayers: llamaLayers,
 			Run: func(preset string) (train.Config, error) { return llamaRun(f, preset) }})
 	}
 }
@@ -80,6 +80,16 @@ func llamaRunOf(c models.LlamaConfig, r llamaDefaults) (train.Config, error) {
 func llamaSeq(m train.Model, seq int) (train.Model, error) {
 	l, err := m.(models.Llama).WithSeq(seq)
 	if err != nil {
+		return m, err
+	}
+	return l, nil
+}
+
+// llamaLayers is the Llama of m with layers decoder layers.
+func llamaLayers(m train.Model, layers int) (train.Model, error) {
+	l := m.(models.Llama)
+	l.Config.Layers = layers
+	if err := l.Config.Validate(); err != nil {
 		return m, err
 	}
 	return l, nil

@@ -26,6 +26,10 @@ type Family struct {
 	// --longest), or an error naming a length the model cannot take; nil for a model that is not
 	// a language model (no sequence to set, no attention or token loss to chunk).
 	WithSeq func(m train.Model, seq int) (train.Model, error)
+	// WithLayers returns the model with another number of layers, the rest the same (memory
+	// --layers: a depth-reduced model, whose figures grow affinely with depth); nil for a model
+	// without layers to count.
+	WithLayers func(m train.Model, layers int) (train.Model, error)
 }
 
 var (

@@ -93,9 +93,10 @@ func (c Config) WeightDType() dtypes.DType {
 	return c.policy().Param
 }
 
-// describeAdapters is what a checkpoint records of the run's adapters (checkpoint.WrittenBy's
-// Adapters): the LoRA, the base's dtype and code; "" without LoRA.
-func (c Config) describeAdapters() string {
+// DescribeAdapters says what the run trains on a frozen base, as a checkpoint records it
+// (checkpoint.WrittenBy's Adapters): the LoRA, the base's dtype and code, e.g. "lora
+// rank=16,alpha=32,targets=q_proj,v_proj; base bfloat16, nf4 (blocks of 64, ...)"; "" without LoRA.
+func (c Config) DescribeAdapters() string {
 	if !c.LoRA.Active() {
 		return ""
 	}

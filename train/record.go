@@ -30,7 +30,7 @@ func Record(c Config) checkpoint.WrittenBy {
 	r := checkpoint.WrittenBy{
 		Onegpu: Version(), Model: describeModel(c.Model), Policy: c.policy().String(), Optimizer: optimizer,
 		Batch: c.Batch, Seed: c.Seed, MicroBatches: c.microBatches(), Remat: c.Remat.String(), Offload: c.Offload.String(),
-		Attention: c.Attention.String(), CrossEntropy: c.CrossEntropy.String(), Adapters: c.describeAdapters(),
+		Attention: c.Attention.String(), CrossEntropy: c.CrossEntropy.String(), Adapters: c.DescribeAdapters(),
 	}
 	r.ModelType, r.ModelConfig = modelRecord(c.Model)
 	if c.Schedule != nil {

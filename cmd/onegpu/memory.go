@@ -13,6 +13,7 @@ import (
 	"github.com/onegpu/onegpu/audit"
 	"github.com/onegpu/onegpu/flags"
 	"github.com/onegpu/onegpu/platform"
+	"github.com/onegpu/onegpu/recipes"
 	"github.com/onegpu/onegpu/remat"
 	"github.com/onegpu/onegpu/train"
 	"github.com/onegpu/onegpu/vjp"
@@ -30,6 +31,8 @@ func init() {
 type memoryOptions struct {
 	setup
 	stockGradients bool
+	// layers, when positive, replaces the preset's number of layers (--layers).
+	layers int
 	asJSON         bool
 	dumpHLO        string
 	residualDetail bool
@@ -42,6 +45,8 @@ func runMemory(args []string, w io.Writer) (err error) {
 	var o memoryOptions
 	o.setup.register(fs, "mlp", "tutorial")
 	fs.BoolVar(&o.stockGradients, "stock-gradients", false, "build the gradients with GoMLX v0.26.0's own rules, for comparison")
+	fs.IntVar(&o.layers, "layers", 0, "build the model with this many layers instead of its preset's, the rest the same: a depth-reduced model, e.g. to compile\n"+
+		"with XLA what would take long at full depth (memory and FLOPs grow affinely with depth: m(L) = m(1) + (L-1)·(m(2) - m(1))) (default: the preset's)")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.dumpHLO, "dump-hlo", "", "with an XLA backend, write the step's HLO before and after XLA's optimizations to this folder (default: none)")
 	fs.BoolVar(&o.residualDetail, "residuals", false, "gpt only: list every value the backward pass keeps from each block (default: one line per block)")
@@ -124,6 +129,9 @@ type memoryReport struct {
 	// Host is what host memory holds with the optimizer offloaded; the rest of the report is then
 	// the device's step.
 	Host     *hostJSON `json:"host,omitempty"`
+	// EmbeddingOnHost says that the input embedding table stays in host memory and the device gets
+	// each batch's rows (a LoRA run with an untied table: train.Trainer.EmbeddingOnHost).
+	EmbeddingOnHost bool `json:"embedding_on_host,omitempty"`
 	Timeline []int64   `json:"-"`
 	// TimelineBlocks are the step's ops grouped into runs of one block (a remat block, its
 	// recomputation, the loss, ...), with each run's peak: the timeline's outline.
@@ -148,6 +156,24 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 	config, err := o.config()
 	if err != nil {
 		return nil, err
+	}
+	if o.layers != 0 {
+		family, err := recipes.Lookup(o.model)
+		if err != nil {
+			return nil, err
+		}
+		if family.WithLayers == nil {
+			return nil, fmt.Errorf("--layers %d: the %s has no layers to count", o.layers, o.model)
+		}
+		if o.layers < 1 {
+			return nil, fmt.Errorf("--layers %d: build at least 1 layer", o.layers)
+		}
+		if config.Model, err = family.WithLayers(config.Model, o.layers); err != nil {
+			return nil, fmt.Errorf("--layers %d: %w", o.layers, err)
+		}
+		if err := config.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	spec, err := platform.ResolveBackend(o.backend)
 	if err != nil {
@@ -246,6 +272,7 @@ func analyzeMemory(o memoryOptions) (*memoryReport, error) {
 			AliasBytes: compiled.AliasBytes, TemporaryBytes: compiled.TemporaryBytes, CodeBytes: compiled.CodeBytes,
 			TotalBytes: compiled.TotalBytes(), HLODir: o.dumpHLO, Census: newCensus(hloDir, dumped, os.Stderr)}
 	}
+	r.EmbeddingOnHost = trainer.EmbeddingOnHost()
 	if config.Offload == train.OffloadOptimizer {
 		if r.Host, err = analyzeHost(trainer, ctx); err != nil {
 			return nil, err
@@ -326,6 +353,9 @@ func (r *memoryReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "backend %s\n", r.Backend)
 	fmt.Fprintf(w, "(estimate: the embedded backend's sequential execution; with XLA, XLA's own account follows)\n\n")
 	fmt.Fprintf(w, "parameters      %s\n", groupDigits(r.Params))
+	if r.EmbeddingOnHost {
+		fmt.Fprintf(w, "input embedding in host memory: the host gathers each batch's rows, the device gets them (not the table)\n")
+	}
 	fmt.Fprintf(w, "peak memory     %s = %s of inputs (weights, optimizer state, batch) + %s allocated by the step\n",
 		analysis.FormatBytes(r.PeakBytes), analysis.FormatBytes(r.ArgumentBytes), analysis.FormatBytes(r.PeakTempBytes))
 	fmt.Fprintf(w, "peak reached at %s\n", r.PeakAt)

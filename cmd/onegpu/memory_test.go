@@ -170,3 +170,46 @@ func TestMemoryAuditGrouped(t *testing.T) {
 		t.Errorf("want the 16-bit reductions grouped, with the blocks they are in:\n%s", audit)
 	}
 }
+
+// TestMemoryLayers: memory --layers N builds the preset at another depth, the rest the same: the
+// estimate is affine in the layers (the tiny Llama at 3 layers is 1 layer plus twice the second's
+// bytes, to the byte), --layers 2 of the tiny Llama is its preset; a LoRA run of an untied Llama
+// says its input embedding stays in host memory; --layers below 1, and of the MLP, are refused.
+func TestMemoryLayers(t *testing.T) {
+	t.Setenv(platform.EnvBackend, "")
+	t.Setenv(platform.EnvPlugin, "")
+	peak := func(args ...string) (int64, memoryReport) {
+		t.Helper()
+		var out bytes.Buffer
+		if err := runMemory(append([]string{"--model", "llama", "--preset", "tiny", "--json"}, args...), &out); err != nil {
+			t.Fatalf("memory %v: %v", args, err)
+		}
+		var r memoryReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.PeakBytes, r
+	}
+	one, _ := peak("--layers", "1")
+	two, _ := peak("--layers", "2")
+	three, _ := peak("--layers", "3")
+	preset, _ := peak()
+	if three != one+2*(two-one) || two != preset {
+		t.Errorf("peaks at 1, 2, 3 layers %d, %d, %d (the preset %d): want affine in the layers, 2 the preset's", one, two, three, preset)
+	}
+	if _, r := peak("--lora", "rank=2"); r.EmbeddingOnHost {
+		t.Errorf("the tiny Llama ties its embeddings: its table cannot stay on the host")
+	}
+	if _, r := peak("--preset", "llama-3.1-8b", "--layers", "1", "--seq", "128", "--batch", "1", "--microbatches", "1", "--lora", "rank=2"); !r.EmbeddingOnHost {
+		t.Errorf("Llama-3.1-8B's untied table under LoRA: want it in host memory")
+	}
+	for want, args := range map[string][]string{
+		"--layers -1: build at least 1 layer":        {"--model", "llama", "--preset", "tiny", "--layers", "-1"},
+		"--layers 2: the mlp has no layers to count": {"--model", "mlp", "--layers", "2"},
+	} {
+		err := runMemory(args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: %v, want an error saying %q", args, err, want)
+		}
+	}
+}

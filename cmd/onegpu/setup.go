@@ -292,8 +292,12 @@ func describe(c train.Config) string {
 		return fmt.Sprintf("GPT %d layers × hidden %d (%s params), batch %d×%d tokens in %s, policy %s, remat %s%s%s",
 			g.Layers, g.Hidden, groupDigits(g.Params()), c.Batch, g.SeqLen, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat, chunkingNote(c), devices)
 	}
-	return fmt.Sprintf("%v, batch %d in %s, policy %s, remat %s%s%s", c.Model, c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat,
-		chunkingNote(c), devices)
+	adapters := ""
+	if a := c.DescribeAdapters(); a != "" {
+		adapters = ", " + a
+	}
+	return fmt.Sprintf("%v, batch %d in %s, policy %s, remat %s%s%s%s", c.Model, c.Batch, plural(c.MicroBatches, "micro-batch"), c.Policy, c.Remat,
+		chunkingNote(c), adapters, devices)
 }
 
 // batchData returns the data a config trains on: for a language model (train.LanguageModel) the
