@@ -32,7 +32,7 @@ type memoryOptions struct {
 	setup
 	stockGradients bool
 	// layers, when positive, replaces the preset's number of layers (--layers).
-	layers int
+	layers         int
 	asJSON         bool
 	dumpHLO        string
 	residualDetail bool
@@ -128,11 +128,11 @@ type memoryReport struct {
 	Devices           *devicesJSON  `json:"devices,omitempty"`
 	// Host is what host memory holds with the optimizer offloaded; the rest of the report is then
 	// the device's step.
-	Host     *hostJSON `json:"host,omitempty"`
+	Host *hostJSON `json:"host,omitempty"`
 	// EmbeddingOnHost says that the input embedding table stays in host memory and the device gets
 	// each batch's rows (a LoRA run with an untied table: train.Trainer.EmbeddingOnHost).
-	EmbeddingOnHost bool `json:"embedding_on_host,omitempty"`
-	Timeline []int64   `json:"-"`
+	EmbeddingOnHost bool    `json:"embedding_on_host,omitempty"`
+	Timeline        []int64 `json:"-"`
 	// TimelineBlocks are the step's ops grouped into runs of one block (a remat block, its
 	// recomputation, the loss, ...), with each run's peak: the timeline's outline.
 	TimelineBlocks []timelineBlock `json:"timeline_blocks"`
