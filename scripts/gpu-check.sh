@@ -23,7 +23,11 @@
 #   6. long sequences: the Llama-3.2-1B preset at sequence 8192 (batch 1, bfloat16 compute, remat
 #      block), plain vs chunked attention and cross-entropy: memory (--json: xla_compiled, the peak
 #      XLA plans for) and 4 train steps each (--json: compile_seconds, step_seconds, tokens_per_second)
-#   7. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left
+#   6b. adapters: Llama-3.2-1B fine-tuned fully, with LoRA (rank 16, every projection, bf16 base) and
+#      with QLoRA (NF4 base), the same run (sequence 2048, batch 2, bf16, remat block, chunked loss):
+#      memory --json (XLA's compiled total next to the estimate) and 6 train steps each (tokens/s)
+#   7. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left;
+#      then, compile only, Llama-3.1-8B LoRA and QLoRA (issue 36's figure: memory --json)
 #   Every compare table (and its JSON) holds both sides' aliased bytes and the census of the
 #   optimized HLO (converts, dots by operand types, fusions, copies, transposes, loops); memory
 #   prints onegpu's census: the GPU run tells the same story as `onegpu compare` on CPU.
@@ -250,6 +254,20 @@ run memory-llama1b-seq8192-plain 150 "$ONEGPU" memory "${LONG[@]}" --json
 run memory-llama1b-seq8192-chunked 300 "$ONEGPU" memory "${LONG[@]}" "${CHUNKED[@]}" --json
 run train-llama1b-seq8192-plain 200 "$ONEGPU" train "${LONG[@]}" --data synthetic --steps 4 --json
 run train-llama1b-seq8192-chunked 360 "$ONEGPU" train "${LONG[@]}" "${CHUNKED[@]}" --data synthetic --steps 4 --json
+# --- adapters (issue 36): full, LoRA and QLoRA fine-tunes of Llama-3.2-1B, the same run ------------
+# Sequences of 2048, batch 2, bfloat16 compute, remat of whole layers, the chunked loss; LoRA rank 16
+# on every projection over a bfloat16 base, QLoRA the same over an NF4 base (quantized once from the
+# seed's weights). memory --json: XLA's compiled account (xla_compiled.total_bytes) next to onegpu's
+# estimate (peak_bytes); train --json: tokens_per_second of the steps after the first.
+ADAPT=(--model llama --preset llama-3.2-1b --seq 2048 --batch 2 --microbatches 1 --remat block --cross-entropy chunked
+	--policy params=float32,compute=bfloat16,output=float32 --backend "xla:$PLUGIN")
+LORA=(--lora rank=16,alpha=32,targets=q,k,v,o,gate,up,down --base-dtype bfloat16)
+run memory-llama1b-full 150 "$ONEGPU" memory "${ADAPT[@]}" --json
+run memory-llama1b-lora 150 "$ONEGPU" memory "${ADAPT[@]}" "${LORA[@]}" --json
+run memory-llama1b-qlora 150 "$ONEGPU" memory "${ADAPT[@]}" "${LORA[@]}" --quantize-base nf4 --json
+run train-llama1b-full 200 "$ONEGPU" train "${ADAPT[@]}" --data synthetic --steps 6 --json
+run train-llama1b-lora 200 "$ONEGPU" train "${ADAPT[@]}" "${LORA[@]}" --data synthetic --steps 6 --json
+run train-llama1b-qlora 240 "$ONEGPU" train "${ADAPT[@]}" "${LORA[@]}" --quantize-base nf4 --data synthetic --steps 6 --json
 # --- beyond the device: the weights streamed from host memory (--offload params) ----------------
 # --budget 4GiB stands in for a GPU smaller than the model (this machine's host memory, not its
 # GPU, bounds what fits: the H200's 139 GiB exceed the host's 128 GiB): every stage program's
@@ -259,6 +277,12 @@ run train-llama-1b-streamed 240 env ${HOST_PLUGIN:+ONEGPU_HOST_PJRT_PLUGIN="$HOS
 compare compare-tutorial-f32 200 "--model gpt --preset tutorial --policy float32 --remat none --microbatches 4"
 compare compare-tutorial-bf16 180 "--model gpt --preset tutorial $BF16 --remat none --microbatches 4"
 compare compare-mlp 90 "--model mlp"
+# Issue 36's figure, compile only: Llama-3.1-8B LoRA and QLoRA at sequence 2048, batch 2, chunked
+# attention and loss (XLA's compiled account of the whole 32-layer step; nothing is initialized).
+ADAPT8B=(--model llama --preset llama-3.1-8b --seq 2048 --batch 2 --microbatches 1 --remat block --attention chunked
+	--cross-entropy chunked --policy params=float32,compute=bfloat16,output=float32 --backend "xla:$PLUGIN")
+run memory-llama8b-lora 300 "$ONEGPU" memory "${ADAPT8B[@]}" "${LORA[@]}" --json
+run memory-llama8b-qlora 300 "$ONEGPU" memory "${ADAPT8B[@]}" "${LORA[@]}" --quantize-base nf4 --json
 
 run nvidia-smi-after 20 nvidia-smi
 
