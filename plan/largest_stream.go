@@ -57,7 +57,6 @@ func LargestStreamed(backend backends.Backend, base train.Config, family Scaled,
 	if base.Optimizer, err = optim.ByName(opts.Optimizer, optim.Settings{}); err != nil {
 		return row, err
 	}
-	so.DeviceBudget = budget
 	fits := func(n int) (bool, error) {
 		row.Evaluations++
 		m, err := family.Model(n)

@@ -21,9 +21,11 @@ import (
 // twice (the one computing, the next arriving) in the compute dtype, that stage's float32
 // gradient accumulator, the largest stage program's working memory and the inputs every block
 // keeps for the backward pass; the host holds the float32 master weights, the optimizer's state
-// and the float32 gradients. Each part comes from the stage programs themselves, built (never
-// run) and analyzed like a whole step (analysis.Analyze): the embedding, one block (every block has
-// the same shapes) and the head.
+// and the float32 gradients. Each part comes from the stage programs the streamed executor runs,
+// built by its own builder (train.Trainer.StreamedPrograms, never run) and analyzed like a whole
+// step (analysis.Analyze): the embedding, one block (every block runs the same programs) and the
+// head. The kept inputs stay on the device: the executor keeps them there (a plan answers only
+// what the executor can run).
 
 // StageEstimate is one kind of stage of a streamed step.
 type StageEstimate struct {
@@ -59,11 +61,6 @@ type Streamed struct {
 	WorkBytes           int64 `json:"work_bytes"`
 	KeptInputBytes      int64 `json:"kept_input_bytes"`
 	DeviceBytes         int64 `json:"device_bytes"`
-	// KeptOnHost says the kept inputs live in host memory (HostKeptBytes): they did not fit
-	// StreamOptions.DeviceBudget, and the device keeps three stages' inputs (the running stage's
-	// input and output, the next one in flight).
-	KeptOnHost    bool  `json:"kept_on_host,omitempty"`
-	HostKeptBytes int64 `json:"host_kept_bytes,omitempty"`
 	// The host: float32 master weights, the optimizer's state, float32 gradients (all of a step's:
 	// the streamed executor updates after the last gradients arrived, as the loss scale's atomic
 	// skip and the global-norm clip need them all).
@@ -120,21 +117,14 @@ type StreamOptions struct {
 	// HostRates are measured rates by optimizer name (as optim.ByName spells it), for the
 	// optimizers a plan compares (plan --largest); nil: DefaultHostRates.
 	HostRates map[string]float64
-	// DeviceBudget, when positive, is the device memory the step may use: when the kept block
-	// inputs make the step larger, they go to the host (Streamed.KeptOnHost) and cross the bus
-	// both ways.
-	DeviceBudget int64
 }
 
-// EstimateStreamed estimates config's step run streamed (train.OffloadParams; config.Offload is
-// not read): it builds, without running, the stage programs of config.Model (a staged model: GPT,
-// Llama) at config's micro-batch, policy, remat, attention and cross-entropy, and the optimizer's
-// update of each stage's variables for its state. Nothing is allocated on backend.
+// EstimateStreamed estimates config's step run streamed (train.OffloadParams, whatever
+// config.Offload says): it builds, without running, the stage programs the streamed executor runs
+// (train.Trainer.StreamedPrograms) for config.Model (a staged model: GPT, Llama) at config's
+// micro-batch, policy, remat, attention and cross-entropy, and the optimizer's update of each
+// stage's variables for its state. Nothing is allocated on backend.
 func EstimateStreamed(backend backends.Backend, config train.Config, o StreamOptions) (Streamed, error) {
-	m, ok := config.Model.(train.Staged)
-	if !ok {
-		return Streamed{}, fmt.Errorf("--offload params: %T does not run as stages (train.Staged: an embedding, blocks, a head); stream a GPT", config.Model)
-	}
 	if err := o.Throughput.Validate(); err != nil {
 		return Streamed{}, err
 	}
@@ -159,12 +149,21 @@ func EstimateStreamed(backend backends.Backend, config train.Config, o StreamOpt
 	if !(o.HostRate > 0) || o.HostRate > 1e15 {
 		return Streamed{}, fmt.Errorf("a host update rate of %g parameters/s: give a positive rate", o.HostRate)
 	}
-	b := stageBuilder{backend: backend, config: config, model: m, micro: config.Batch / max(config.MicroBatches, 1)}
-	stages, x, err := b.stages()
+	config.Offload, config.DeviceBudget = train.OffloadParams, 0
+	tr, err := train.New(backend, config)
 	if err != nil {
 		return Streamed{}, err
 	}
-	return combine(config, stages, x, o), nil
+	programs, err := tr.StreamedPrograms()
+	if err != nil {
+		return Streamed{}, err
+	}
+	defer programs.Finalize()
+	stages, err := estimateStages(backend, config, programs)
+	if err != nil {
+		return Streamed{}, err
+	}
+	return combine(config, stages, programs.Input, o), nil
 }
 
 // combine adds the stages up.
@@ -195,14 +194,7 @@ func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o Stre
 	s.MasterBytes = 4 * s.Params
 	s.HostGradientBytes = 4 * s.Params // the update waits for every stage's gradients
 	s.BytesToHost = 4 * s.Params
-	if onDevice := 3 * k * int64(x.Memory()); o.DeviceBudget > 0 && s.DeviceBytes > o.DeviceBudget && s.KeptInputBytes > onDevice {
-		s.KeptOnHost, s.HostKeptBytes = true, s.KeptInputBytes
-		s.BytesToHost += s.KeptInputBytes   // the forward sends them
-		s.BytesToDevice += s.KeptInputBytes // the backward brings them back
-		s.DeviceBytes += onDevice - s.KeptInputBytes
-		s.KeptInputBytes = onDevice
-	}
-	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes + s.HostKeptBytes
+	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes
 	s.StepTime = stepTime(s.FLOPs, compute, s.BytesToDevice, s.BytesToHost, s.Params, o)
 	return s
 }
@@ -240,14 +232,6 @@ func computeDType(c train.Config) dtypes.DType {
 	return c.Policy.Compute
 }
 
-// stageBuilder builds a staged model's stage programs for analysis.
-type stageBuilder struct {
-	backend backends.Backend
-	config  train.Config
-	model   train.Staged
-	micro   int
-}
-
 // optimizerOf is the run's optimizer: Config.Optimizer, or the tutorial's Adam.
 func optimizerOf(c train.Config) optim.Optimizer {
 	if c.Optimizer == nil {
@@ -256,59 +240,35 @@ func optimizerOf(c train.Config) optim.Optimizer {
 	return c.Optimizer
 }
 
-// stages returns the embedding's, a block's and the head's estimates, and a block's input shape
-// (one micro-batch). The three are built in one context, so that a weight the embedding and the
-// head share (tied embeddings) is one variable: counted in each stage's weights (each uploads it),
-// once in the model's parameters and state.
-func (b stageBuilder) stages() ([]StageEstimate, shapes.Shape, error) {
-	ctx := context.New().Checked(false)
-	batch := b.model.InputShapes(b.micro)
-	// The embedding: tokens in, x out; backward: the cotangent of x in, the weights' gradients out.
-	var x shapes.Shape
-	embed, embedVars, err := b.analyze(ctx, "embed", batch, func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
-		y := b.model.EmbedStage(ctx, in)
-		x = y.Shape()
-		return y, nil
-	})
-	if err != nil {
-		return nil, x, err
-	}
-	block, blockVars, err := b.analyze(ctx, "block", append([]shapes.Shape{x}, batch...), func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
-		scoped := ctx
-		for _, element := range strings.Split(b.model.BlockScope(0), context.ScopeSeparator) {
-			scoped = scoped.In(element) // a scope may be a path ("model/layers/0" for the Llama)
+// estimateStages returns the embedding's, a block's and the head's estimates from the streamed
+// programs. The three are built in one context, so that a weight the embedding and the head share
+// (tied embeddings) is one variable: counted in each stage's weights (each uploads it), once in
+// the model's parameters and state.
+func estimateStages(backend backends.Backend, config train.Config, programs *train.StreamedPrograms) ([]StageEstimate, error) {
+	var estimates []StageEstimate
+	var earlier []*context.Variable // the trainable variables of the stages before
+	for _, st := range programs.Stages {
+		e := StageEstimate{Name: st.Name, Count: st.Count, Params: countParams(st.Trainable)}
+		for _, p := range st.Programs {
+			m := analysis.Analyze(p)
+			e.WorkBytes = max(e.WorkBytes, m.PeakTempBytes)
+			e.FLOPs += m.FLOPs // the head's one program is its forward and backward
 		}
-		return b.model.BlockStage(scoped, in[0], in[1:]), in[:1]
-	})
-	if err != nil {
-		return nil, x, err
-	}
-	block.Count = b.model.Blocks()
-	head, headVars, err := b.analyze(ctx, "head", append([]shapes.Shape{x}, batch...), func(ctx *context.Context, in []*graph.Node) (*graph.Node, []*graph.Node) {
-		loss, _ := b.model.HeadStage(ctx, in[0], in[1:])
-		return graph.ConvertDType(loss.Sum, dtypes.Float32), in[:1]
-	})
-	if err != nil {
-		return nil, x, err
-	}
-	if block.StateBytes, err = b.stateBytes(ctx, blockVars); err != nil {
-		return nil, x, err
-	}
-	// The head's own variables (not the embedding's) carry the head's parameters and state.
-	var own []*context.Variable
-	for _, v := range headVars {
-		if !slices.Contains(embedVars, v) {
-			own = append(own, v)
+		var own []*context.Variable
+		for _, v := range st.Trainable {
+			if !slices.Contains(earlier, v) {
+				own = append(own, v)
+			}
 		}
+		e.SharedParams = e.Params - countParams(own)
+		var err error
+		if e.StateBytes, err = stateBytes(backend, config, programs.Ctx, own); err != nil {
+			return nil, err
+		}
+		earlier = append(earlier, own...)
+		estimates = append(estimates, e)
 	}
-	if embed.StateBytes, err = b.stateBytes(ctx, embedVars); err != nil {
-		return nil, x, err
-	}
-	if head.StateBytes, err = b.stateBytes(ctx, own); err != nil {
-		return nil, x, err
-	}
-	head.SharedParams = head.Params - countParams(own)
-	return []StageEstimate{embed, block, head}, x, nil
+	return estimates, nil
 }
 
 // countParams is the elements of vars.
@@ -320,78 +280,9 @@ func countParams(vars []*context.Variable) int64 {
 	return n
 }
 
-// analyze builds stage's forward (fn: its output and the inputs it differentiates besides its
-// weights) and backward (the forward recomputed, the output's cotangent in for a non-scalar
-// output, the gradients out) programs, and the optimizer's update of its variables, and returns
-// their estimate (its state bytes are the caller's: stateBytes) and its trainable variables.
-func (b stageBuilder) analyze(ctx *context.Context, name string, inputs []shapes.Shape,
-	fn func(ctx *context.Context, in []*graph.Node) (out *graph.Node, wrt []*graph.Node)) (StageEstimate, []*context.Variable, error) {
-	e := StageEstimate{Name: name, Count: 1}
-	var outShape shapes.Shape
-	fwd, err := analysis.ContextProgram(b.backend, ctx, name+"_forward", inputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		b.config.Settings().Apply(ctx, in[0].Graph())
-		out, _ := fn(ctx, in)
-		outShape = out.Shape()
-		return []*graph.Node{out}
-	})
-	if err != nil {
-		return e, nil, fmt.Errorf("the %s stage's forward program: %w", name, err)
-	}
-	fm := analysis.Analyze(fwd)
-	fwd.Graph.Finalize()
-	scalar := outShape.IsScalar()
-	bwdInputs := inputs
-	if !scalar {
-		bwdInputs = append(append([]shapes.Shape{}, inputs...), outShape)
-	}
-	var trainable []*context.Variable
-	bwd, err := analysis.ContextProgram(b.backend, ctx, name+"_backward", bwdInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		g := in[0].Graph()
-		b.config.Settings().Apply(ctx, g)
-		data := in
-		if !scalar {
-			data = in[:len(in)-1]
-		}
-		out, wrt := fn(ctx, data)
-		loss := out
-		if !scalar {
-			loss = graph.ReduceAllSum(graph.Mul(graph.ConvertDType(out, dtypes.Float32), graph.ConvertDType(in[len(in)-1], dtypes.Float32)))
-		}
-		trainable = trainable[:0]
-		var values []*graph.Node
-		for v := range ctx.IterVariables() {
-			if v.Trainable && v.InUseByGraph(g) {
-				trainable = append(trainable, v)
-				values = append(values, v.ValueGraph(g))
-			}
-		}
-		grads := graph.Gradient(loss, append(append([]*graph.Node{}, wrt...), values...)...)
-		outs := []*graph.Node{loss}
-		for i, gr := range grads {
-			if i >= len(wrt) {
-				gr = graph.ConvertDType(gr, exact.WideDType(gr.DType()))
-			}
-			outs = append(outs, gr)
-		}
-		return outs
-	})
-	if err != nil {
-		return e, nil, fmt.Errorf("the %s stage's backward program: %w", name, err)
-	}
-	bm := analysis.Analyze(bwd)
-	bwd.Graph.Finalize()
-	e.WorkBytes = max(fm.PeakTempBytes, bm.PeakTempBytes)
-	e.FLOPs = fm.FLOPs + bm.FLOPs
-	if name == "head" {
-		e.FLOPs = bm.FLOPs // one program: the forward is the backward's
-	}
-	e.Params = countParams(trainable)
-	return e, trainable, nil
-}
-
 // stateBytes builds the run's optimizer's update of vars in ctx and returns the bytes of the
 // variables it creates (its state: moments, codes and scales, counters).
-func (b stageBuilder) stateBytes(ctx *context.Context, vars []*context.Variable) (int64, error) {
+func stateBytes(backend backends.Backend, config train.Config, ctx *context.Context, vars []*context.Variable) (int64, error) {
 	if len(vars) == 0 {
 		return 0, nil
 	}
@@ -399,8 +290,8 @@ func (b stageBuilder) stateBytes(ctx *context.Context, vars []*context.Variable)
 	for v := range ctx.IterVariables() {
 		before[v] = true
 	}
-	opt := optimizerOf(b.config)
-	p, err := analysis.ContextProgram(b.backend, ctx, "state", []shapes.Shape{shapes.Make(dtypes.Float32)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	opt := optimizerOf(config)
+	p, err := analysis.ContextProgram(backend, ctx, "state", []shapes.Shape{shapes.Make(dtypes.Float32)}, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		g := in[0].Graph()
 		grads := make([]*graph.Node, len(vars))
 		for i, v := range vars {

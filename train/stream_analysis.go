@@ -3,24 +3,63 @@ package train
 import (
 	"fmt"
 
-	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
+	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/analysis"
 )
 
-// StreamPrograms builds, for analysis, the device programs of the streamed step
-// (Config.Offload OffloadParams) on the trainer's backend, in a fresh context, with the graph
-// functions the streamed executor runs: the embedding's forward and backward, one block's
-// forward and backward (which every block runs) and the head's (loss and gradients in one), at
-// the run's micro-batch size. Nothing runs and the trainer's state is untouched: compile them
-// with analysis.CompileProgram for XLA's memory account and the compile time of a streamed step,
-// which does not grow with the number of blocks.
-func (t *Trainer) StreamPrograms() ([]*analysis.Program, error) {
+// StreamedPrograms are the device programs of a streamed step (Config.Offload OffloadParams),
+// built for analysis by the code that builds the ones the streamed executor compiles
+// (stagePrograms), in a fresh context: the planner's streamed estimate analyzes them, and
+// analysis.CompileProgram gives XLA's account and compile time of a streamed step, which does not
+// grow with the number of blocks. Finalize releases them.
+type StreamedPrograms struct {
+	// Ctx holds the stages' variables: the embedding's, block 0's (every block has the same) and
+	// the head's.
+	Ctx *context.Context
+	// Stages are the embedding, a block and the head, in that order.
+	Stages []StreamedStage
+	// Input is a block's input, one micro-batch's.
+	Input shapes.Shape
+}
+
+// StreamedStage is one kind of stage of a streamed step.
+type StreamedStage struct {
+	// Name is "embed", "block" or "head"; Count how many of it the model has.
+	Name  string
+	Count int
+	// Programs are its forward then its backward program; the head has one, loss and gradients.
+	Programs []*analysis.Program
+	// Trainable are the trainable variables its programs use, in Ctx, in the order of the
+	// gradients its backward program returns.
+	Trainable []*context.Variable
+}
+
+// All lists every stage's programs in the order the step first runs them: the embedding's
+// forward and backward, the block's, the head's.
+func (p *StreamedPrograms) All() []*analysis.Program {
+	var all []*analysis.Program
+	for _, st := range p.Stages {
+		all = append(all, st.Programs...)
+	}
+	return all
+}
+
+// Finalize releases the programs' graphs.
+func (p *StreamedPrograms) Finalize() {
+	for _, prog := range p.All() {
+		prog.Graph.Finalize()
+	}
+}
+
+// StreamedPrograms builds the streamed step's device programs for analysis on the trainer's
+// backend at the run's micro-batch size. Nothing runs and the trainer's state is untouched.
+func (t *Trainer) StreamedPrograms() (*StreamedPrograms, error) {
 	m, ok := t.Config.Model.(Staged)
 	if !ok {
-		return nil, fmt.Errorf("stream programs: %s does not run as stages (train.Staged)", describeModel(t.Config.Model))
+		return nil, fmt.Errorf("streamed programs: %s does not run as stages (train.Staged)", describeModel(t.Config.Model))
 	}
 	rows := t.Config.Batch / t.Config.microBatches()
 	s := &streamExecutor{t: t, model: m, norm: lossNorm(rows)}
@@ -28,42 +67,34 @@ func (t *Trainer) StreamPrograms() ([]*analysis.Program, error) {
 	for _, p := range t.paramsToCopy() {
 		ctx.SetParam(p.key, p.value)
 	}
+	out := &StreamedPrograms{Ctx: ctx, Stages: []StreamedStage{{Name: "embed", Count: 1}, {Name: "block", Count: m.Blocks()}, {Name: "head", Count: 1}}}
 	inputs := t.Config.Model.InputShapes(rows)
-	var x shapes.Shape
-	embedFwd, embedBwd := s.programs(embedStage)
-	blockFwd, blockBwd := s.programs(blockStage)
-	_, head := s.programs(headStage)
-	build := func(name string, in []shapes.Shape, fn func(ctx *context.Context, in []*graph.Node) []*graph.Node) (*analysis.Program, error) {
-		p, err := analysis.ContextProgram(t.Backend, ctx, name, in, fn)
+	build := func(sp stageProgram) (*analysis.Program, error) {
+		p, err := analysis.ContextProgram(t.Backend, ctx, sp.name, sp.inputs, sp.fn)
 		if err != nil {
-			return nil, fmt.Errorf("stream programs: %s: %w", name, err)
+			out.Finalize()
+			return nil, fmt.Errorf("streamed programs: %s: %w", sp.name, err)
 		}
 		return p, nil
 	}
-	var programs []*analysis.Program
-	p, err := build("stream_embed_forward", inputs, embedFwd)
+	// The embedding's forward (the first program) gives a block's input, which the others take.
+	first, err := build(s.stagePrograms(inputs, shapes.Shape{})[0])
 	if err != nil {
 		return nil, err
 	}
-	x = p.Outputs[0].Shape()
-	programs = append(programs, p)
-	for _, b := range []struct {
-		name   string
-		inputs []shapes.Shape
-		fn     func(ctx *context.Context, in []*graph.Node) []*graph.Node
-	}{
-		{"stream_embed_backward", append(append([]shapes.Shape{}, inputs...), x), embedBwd},
-		{"stream_block_forward", append([]shapes.Shape{x}, inputs...), blockFwd},
-		{"stream_block_backward", append([]shapes.Shape{x, x}, inputs...), blockBwd},
-		{"stream_head", append([]shapes.Shape{x}, inputs...), head},
-	} {
-		if p, err = build(b.name, b.inputs, b.fn); err != nil {
-			for _, done := range programs {
-				done.Graph.Finalize()
+	out.Input = first.Outputs[0].Shape()
+	for i, sp := range s.stagePrograms(inputs, out.Input) {
+		p := first
+		if i > 0 {
+			if p, err = build(sp); err != nil {
+				return nil, err
 			}
-			return nil, err
 		}
-		programs = append(programs, p)
+		st := &out.Stages[sp.kind]
+		st.Programs = append(st.Programs, p)
+		if sp.backward {
+			st.Trainable = accum.TrainableVariables(ctx, p.Graph)
+		}
 	}
-	return programs, nil
+	return out, nil
 }

@@ -23,7 +23,7 @@ var (
 )
 
 // BenchmarkStreamedCompile builds and compiles, on XLA, a Llama preset's whole train step
-// (Trainer.Program) and its streamed step's programs (Trainer.StreamPrograms: the embedding, one
+// (Trainer.Program) and its streamed step's programs (Trainer.StreamedPrograms: the embedding, one
 // block, the head), micro-batches of one sequence, bfloat16 compute, remat of whole blocks, and
 // reports each one's building and XLA compile seconds and their ratio. The streamed programs
 // compile one after the other, as the executor compiles them (compile-ratio), and again at once
@@ -60,13 +60,13 @@ func BenchmarkStreamedCompile(b *testing.B) {
 	}
 	for range b.N {
 		start := time.Now()
-		streamed, err := tr.StreamPrograms()
+		streamed, err := tr.StreamedPrograms()
 		if err != nil {
 			b.Fatal(err)
 		}
 		streamBuild := time.Since(start)
 		start = time.Now()
-		for _, p := range streamed {
+		for _, p := range streamed.All() {
 			one := time.Now()
 			if _, err := analysis.CompileProgram(p); err != nil {
 				b.Fatal(err)
@@ -75,17 +75,15 @@ func BenchmarkStreamedCompile(b *testing.B) {
 			p.Graph.Finalize()
 		}
 		streamCompile := time.Since(start)
-		if streamed, err = tr.StreamPrograms(); err != nil {
+		if streamed, err = tr.StreamedPrograms(); err != nil {
 			b.Fatal(err)
 		}
 		start = time.Now()
-		if _, err := analysis.CompilePrograms(streamed...); err != nil {
+		if _, err := analysis.CompilePrograms(streamed.All()...); err != nil {
 			b.Fatal(err)
 		}
 		streamConcurrent := time.Since(start)
-		for _, p := range streamed {
-			p.Graph.Finalize()
-		}
+		streamed.Finalize()
 
 		config.Offload = train.OffloadNone
 		whole, err := train.New(backend, config)

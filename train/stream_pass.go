@@ -335,6 +335,11 @@ func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backwar
 		return nil, err
 	}
 	p.ran = g
+	if exec == st.bwd {
+		st.ran[1] = g
+	} else {
+		st.ran[0] = g
+	}
 	if err := p.account(st, g, args, outs); err != nil {
 		return nil, err
 	}

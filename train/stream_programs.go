@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/gomlx/gomlx/backends"
@@ -40,6 +41,9 @@ type streamStage struct {
 	add *graph.Exec
 	// rng is the index in vars of the random state, -1 when the stage draws no random numbers.
 	rng int
+	// ran are the graphs fwd and bwd last ran (nil before): what the device ran, for the account
+	// of its memory and for comparing with the programs the planner analyzes.
+	ran [2]*graph.Graph
 }
 
 // usedVariables lists the variables g uses, in the context's order.
@@ -158,37 +162,47 @@ func cotangentTarget(y, dy *graph.Node) *graph.Node {
 	return graph.ReduceAllSum(graph.ConvertDType(graph.Mul(y, dy), dtypes.Float32))
 }
 
-// programs returns the graph functions of a kind of stage: its forward (nil for the head) and
-// its backward, as the executor runs them (on a template context, Reuse: the variables exist)
-// and StreamPrograms builds them for analysis.
-func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
+// stageProgram is one program of a streamed step: its kind of stage, its direction (the head's
+// one program is its backward: loss and gradients), its name, its graph function and the shapes
+// of its inputs at the run's micro-batch.
+type stageProgram struct {
+	kind     stageKind
+	backward bool
+	name     string
+	fn       accum.StepFn
+	inputs   []shapes.Shape
+}
+
+// stagePrograms lists the programs of a streamed step, for a micro-batch's inputs and a block's
+// input x: the embedding's forward and backward, a block's forward and backward (one block's,
+// under block 0's scope: every block runs them with its weights swapped in), the head's. It is
+// the one builder of the streamed programs: the executor compiles these (compile, on template
+// contexts, Reuse: the variables exist) and StreamedPrograms builds them for analysis.
+func (s *streamExecutor) stagePrograms(inputs []shapes.Shape, x shapes.Shape) []stageProgram {
 	t, m := s.t, s.model
 	scope0 := m.BlockScope(0)
-	switch kind {
-	case embedStage:
-		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+	with := func(first ...shapes.Shape) []shapes.Shape { return append(first, inputs...) }
+	return []stageProgram{
+		{embedStage, false, "stream_embed_forward", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().Apply(ctx, in[0].Graph())
 			return []*graph.Node{m.EmbedStage(ctx, in)}
-		}
-		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		}, inputs},
+		{embedStage, true, "stream_embed_backward", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().Apply(ctx, in[0].Graph())
 			batch, dx := in[:len(in)-1], in[len(in)-1]
 			return stageGradients(ctx, cotangentTarget(m.EmbedStage(ctx, batch), dx))
-		}
-	case blockStage:
-		fwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		}, append(slices.Clone(inputs), x)},
+		{blockStage, false, "stream_block_forward", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
 			return []*graph.Node{m.BlockStage(inScopePath(ctx, scope0), in[0], in[1:])}
-		}
-		bwd = func(ctx *context.Context, in []*graph.Node) []*graph.Node {
+		}, with(x)},
+		{blockStage, true, "stream_block_backward", func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 			t.Config.Settings().without(wholeBlockKind).Apply(ctx, in[0].Graph())
 			y := m.BlockStage(inScopePath(ctx, scope0), in[0], in[2:])
 			return stageGradients(ctx, cotangentTarget(y, in[1]), in[0])
-		}
-	case headStage:
-		bwd = s.headFn()
+		}, with(x, x)},
+		{headStage, true, "stream_head", s.headFn(), with(x)},
 	}
-	return fwd, bwd
 }
 
 // wholeBlockKind is the remat kind the models (GPT, Llama) give a whole block. A streamed block's
@@ -199,16 +213,20 @@ func (s *streamExecutor) programs(kind stageKind) (fwd, bwd accum.StepFn) {
 // activations as plain differentiation does).
 const wholeBlockKind = "block"
 
-// compile creates the stage's programs on the device backend.
+// compile creates the programs of st, a stage of the given kind, on the device backend: those of
+// stagePrograms (the shapes are the arguments').
 func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 	backend := s.t.Backend
-	fwd, bwd := s.programs(kind)
 	var err error
-	if fwd != nil {
-		st.fwd, err = context.NewExec(backend, st.tmpl.Reuse(), fwd)
-	}
-	if err == nil {
-		st.bwd, err = context.NewExec(backend, st.tmpl.Reuse(), bwd)
+	for _, p := range s.stagePrograms(nil, shapes.Shape{}) {
+		if p.kind != kind || err != nil {
+			continue
+		}
+		exec := &st.fwd
+		if p.backward {
+			exec = &st.bwd
+		}
+		*exec, err = context.NewExec(backend, st.tmpl.Reuse(), p.fn)
 	}
 	if err != nil {
 		return fmt.Errorf("Config.Offload params: the %s stage's programs: %w", st.name, err)

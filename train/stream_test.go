@@ -289,7 +289,7 @@ func runLlama(t *testing.T, backend backends.Backend, config train.Config) (*tra
 	return tr, h
 }
 
-// TestStreamProgramsFlatInDepth: the streamed step's programs (Trainer.StreamPrograms) are the
+// TestStreamProgramsFlatInDepth: the streamed step's programs (Trainer.StreamedPrograms) are the
 // same graphs for a GPT of 2 blocks and of 6, node for node, where the whole step grows with
 // the blocks: what keeps a streamed step's compile time flat in depth.
 func TestStreamProgramsFlatInDepth(t *testing.T) {
@@ -301,14 +301,14 @@ func TestStreamProgramsFlatInDepth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		programs, err := tr.StreamPrograms()
+		programs, err := tr.StreamedPrograms()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range programs {
+		for _, p := range programs.All() {
 			stream = append(stream, len(p.Graph.Nodes()))
-			p.Graph.Finalize()
 		}
+		programs.Finalize()
 		config.Offload = train.OffloadNone
 		if tr, err = train.New(embedded(), config); err != nil {
 			t.Fatal(err)

@@ -132,18 +132,11 @@ func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
 	fmt.Fprintf(w, "  largest stage's weights, twice (double buffer)  %10s\n", b(s.DeviceWeightBytes))
 	fmt.Fprintf(w, "  its float32 gradients                           %10s\n", b(s.DeviceGradientBytes))
 	fmt.Fprintf(w, "  largest stage program's working memory          %10s\n", b(s.WorkBytes))
-	where := "every block's input kept for the backward pass   "
-	if s.KeptOnHost {
-		where = "three stages' inputs (the rest on the host)      "
-	}
-	fmt.Fprintf(w, "  %s%10s\n", where, b(s.KeptInputBytes))
+	fmt.Fprintf(w, "  every block's input kept for the backward pass   %10s\n", b(s.KeptInputBytes))
 	fmt.Fprintf(w, "host: %s %s\n", b(s.HostBytes), fits(s.HostBytes, host))
 	fmt.Fprintf(w, "  float32 master weights                          %10s\n", b(s.MasterBytes))
 	fmt.Fprintf(w, "  optimizer state                                 %10s\n", b(s.StateBytes))
 	fmt.Fprintf(w, "  float32 gradients                               %10s\n", b(s.HostGradientBytes))
-	if s.KeptOnHost {
-		fmt.Fprintf(w, "  kept block inputs                               %10s\n", b(s.HostKeptBytes))
-	}
 	fmt.Fprintf(w, "\nstep: about %.3f s, bound by %s\n", s.Seconds, s.Bound)
 	fmt.Fprintf(w, "  device compute  %9.3f s  (%.3g FLOPs)\n", s.ComputeSeconds, float64(s.FLOPs))
 	fmt.Fprintf(w, "  transfers       %9.3f s  (%s to the device, %s back, at %.0f GB/s per direction)\n", s.TransferSeconds,
@@ -170,7 +163,7 @@ func planStreamed(w io.Writer, s *setup, sf *streamFlags, budgetText string, rat
 	if err != nil {
 		return err
 	}
-	config, spec, est, err := estimateStreamed(s, sf, rate, budget)
+	config, spec, est, err := estimateStreamed(s, sf, rate)
 	if err != nil {
 		return err
 	}
@@ -208,7 +201,7 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 			return err
 		}
 	}
-	config, spec, est, err := estimateStreamed(&o.setup, sf, plan.A5000, budget)
+	config, spec, est, err := estimateStreamed(&o.setup, sf, plan.A5000)
 	if err != nil {
 		return err
 	}
@@ -229,8 +222,8 @@ func memoryStreamed(w io.Writer, o *memoryOptions, sf *streamFlags, set map[stri
 }
 
 // estimateStreamed estimates the streamed step of the run s describes (plan.EstimateStreamed) at
-// the device throughput rate, against budget bytes of device memory (0: none), on s's backend.
-func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput, budget int64) (train.Config, platform.BackendSpec, plan.Streamed, error) {
+// the device throughput rate, on s's backend.
+func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput) (train.Config, platform.BackendSpec, plan.Streamed, error) {
 	config, err := s.config()
 	if err != nil {
 		return config, platform.BackendSpec{}, plan.Streamed{}, err
@@ -239,7 +232,6 @@ func estimateStreamed(s *setup, sf *streamFlags, rate plan.Throughput, budget in
 	if err != nil {
 		return config, platform.BackendSpec{}, plan.Streamed{}, err
 	}
-	so.DeviceBudget = budget
 	backend, spec, err := s.newBackend()
 	if err != nil {
 		return config, spec, plan.Streamed{}, err
