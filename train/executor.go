@@ -54,6 +54,22 @@ type Stats interface {
 	WriteSummary(w io.Writer)
 }
 
+// meanOfLater returns a copy of the last of later (a step's sizes: bytes per step) with the times
+// that seconds points at in a T averaged over later, a mode's Stats.Mean.
+func meanOfLater[T any](later []Stats, seconds func(*T) []*float64) *T {
+	m := *any(later[len(later)-1]).(*T)
+	mean := seconds(&m)
+	for _, p := range mean {
+		*p = 0
+	}
+	for _, s := range later {
+		for i, p := range seconds(any(s).(*T)) {
+			*mean[i] += *p / float64(len(later))
+		}
+	}
+	return &m
+}
+
 // Mode is a way to run the step: its executor and what it refuses.
 type Mode struct {
 	// New returns the mode's executor of t (whose Config was validated).

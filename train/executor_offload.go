@@ -70,14 +70,7 @@ func (o *OffloadStats) Mean(later []Stats) Stats {
 	if len(later) == 0 {
 		return o
 	}
-	m := *later[len(later)-1].(*OffloadStats)
-	m.TransferSeconds, m.HostSeconds = 0, 0
-	for _, s := range later {
-		s := s.(*OffloadStats)
-		m.TransferSeconds += s.TransferSeconds / float64(len(later))
-		m.HostSeconds += s.HostSeconds / float64(len(later))
-	}
-	return &m
+	return meanOfLater(later, func(s *OffloadStats) []*float64 { return []*float64{&s.TransferSeconds, &s.HostSeconds} })
 }
 
 // WriteSummary writes the bytes each way per step and the times of moving them and of the host's

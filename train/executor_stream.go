@@ -75,18 +75,14 @@ func (s *StreamStats) Mean(later []Stats) Stats {
 	if len(later) == 0 {
 		return s
 	}
-	m := *later[len(later)-1].(*StreamStats)
-	m.TransferSeconds, m.HostSeconds, m.UploadSeconds, m.DeviceSeconds, m.DevicePeakBytes = 0, 0, 0, 0, s.DevicePeakBytes
-	n := float64(len(later))
+	m := meanOfLater(later, func(s *StreamStats) []*float64 {
+		return []*float64{&s.TransferSeconds, &s.HostSeconds, &s.UploadSeconds, &s.DeviceSeconds}
+	})
+	m.DevicePeakBytes = s.DevicePeakBytes
 	for _, l := range later {
-		l := l.(*StreamStats)
-		m.TransferSeconds += l.TransferSeconds / n
-		m.HostSeconds += l.HostSeconds / n
-		m.UploadSeconds += l.UploadSeconds / n
-		m.DeviceSeconds += l.DeviceSeconds / n
-		m.DevicePeakBytes = max(m.DevicePeakBytes, l.DevicePeakBytes)
+		m.DevicePeakBytes = max(m.DevicePeakBytes, l.(*StreamStats).DevicePeakBytes)
 	}
-	return &m
+	return m
 }
 
 // Bound names what bounds a streamed step, the largest of its parts: "the bus" (the weights'

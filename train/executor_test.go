@@ -119,3 +119,27 @@ func TestRegisteredMode(t *testing.T) {
 		t.Errorf("an unknown mode: %v", err)
 	}
 }
+
+// TestStatsMean: a run's figures are its later steps' mean times, its last step's bytes and (for
+// a streamed run) the largest footprint of all its steps; the first step's alone when it is the
+// only one.
+func TestStatsMean(t *testing.T) {
+	first := &train.StreamStats{BytesToDevice: 9, TransferSeconds: 100, DevicePeakBytes: 5}
+	later := []train.Stats{
+		&train.StreamStats{BytesToDevice: 1, BytesToHost: 2, TransferSeconds: 2, HostSeconds: 1, UploadSeconds: 4, DeviceSeconds: 6, DevicePeakBytes: 7},
+		&train.StreamStats{BytesToDevice: 3, BytesToHost: 4, TransferSeconds: 4, HostSeconds: 3, UploadSeconds: 2, DeviceSeconds: 8, DevicePeakBytes: 6},
+	}
+	want := train.StreamStats{BytesToDevice: 3, BytesToHost: 4, TransferSeconds: 3, HostSeconds: 2, UploadSeconds: 3, DeviceSeconds: 7, DevicePeakBytes: 7}
+	if got := first.Mean(later).(*train.StreamStats); *got != want {
+		t.Errorf("streamed: %+v, want %+v", *got, want)
+	}
+	if got := first.Mean(nil); got != first {
+		t.Errorf("streamed, one step: %+v, want the first step's", got)
+	}
+	o := &train.OffloadStats{BytesToDevice: 9, TransferSeconds: 100}
+	offloaded := []train.Stats{&train.OffloadStats{BytesToDevice: 1, BytesToHost: 2, TransferSeconds: 1, HostSeconds: 5},
+		&train.OffloadStats{BytesToDevice: 1, BytesToHost: 2, TransferSeconds: 3, HostSeconds: 7}}
+	if got := *o.Mean(offloaded).(*train.OffloadStats); got != (train.OffloadStats{BytesToDevice: 1, BytesToHost: 2, TransferSeconds: 2, HostSeconds: 6}) {
+		t.Errorf("optimizer offloaded: %+v", got)
+	}
+}

@@ -101,15 +101,7 @@ func TestFrozenWeights(t *testing.T) {
 	wantBase, wantCodes := tensors.MustCopyFlatData[float32](m.base()), tensors.MustCopyFlatData[uint8](m.codes())
 	run := func(config train.Config, to int, dir string) (*train.Trainer, *train.History) {
 		t.Helper()
-		tr, err := train.New(backend, config)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := tr.Run(batches, train.RunOptions{Steps: to, CheckpointDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr, h
+		return runOn(t, backend, config, batches, to, dir)
 	}
 	whole, h := run(frozenConfig(), 5, "")
 	defer whole.Close()

@@ -32,11 +32,18 @@ func offloadConfig(t *testing.T) train.Config {
 // dir when it holds a checkpoint, and returns the open trainer and its history.
 func runOffload(t *testing.T, backend backends.Backend, config train.Config, to int, dir string) (*train.Trainer, *train.History) {
 	t.Helper()
-	tr, err := train.New(backend, config)
+	batches, err := data.NewSyntheticTokens(config.Batch, gptOf(config).SeqLen, gptOf(config).Vocab, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, err := data.NewSyntheticTokens(config.Batch, gptOf(config).SeqLen, gptOf(config).Vocab, 3)
+	return runOn(t, backend, config, batches, to, dir)
+}
+
+// runOn trains config on batches from scratch up to step `to`, after resuming from dir when it
+// holds a checkpoint, and returns the open trainer and its history.
+func runOn(t *testing.T, backend backends.Backend, config train.Config, batches data.Data, to int, dir string) (*train.Trainer, *train.History) {
+	t.Helper()
+	tr, err := train.New(backend, config)
 	if err != nil {
 		t.Fatal(err)
 	}
