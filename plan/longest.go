@@ -37,17 +37,19 @@ type Longest struct {
 
 // LongestThatFits searches the sequence length, in multiples of SeqStep up to MaxSeq, for the
 // longest whose train step (base with chunking's attention and cross-entropy, and the model
-// withSeq gives, e.g. recipes.Family.WithSeq) fits budget: doubling, then bisecting, so that it
-// estimates about 2·log2(seq/SeqStep) lengths, each a whole step built and analyzed
-// (EstimateStep; compile: XLA's compiled total, minutes each at long sequences). Memory grows
-// with the sequence, so the answer is exact for the estimate. A length the model refuses
+// withSeq gives, e.g. recipes.Family.WithSeq) fits budget, each length a whole step built and
+// analyzed (EstimateStep; compile: XLA's compiled total, minutes each at long sequences): each
+// length tried is where the memory of the lengths estimated before meets the budget, with
+// bisection as a safeguard (guidedFitting), so that it estimates at most about 2·log2(seq/SeqStep)
+// lengths and usually far fewer. Memory grows with the sequence, so the answer is exact for the
+// estimate. A length the model refuses
 // (withSeq's or Config.Validate's error: a Llama's positions) ends the search there, and Longest's
 // Bound says why. progress, when not nil, gets one line per length tried.
 func LongestThatFits(backend backends.Backend, base train.Config, budget int64, withSeq func(train.Model, int) (train.Model, error),
 	chunking Chunking, compile bool, progress io.Writer) (Longest, error) {
 	row := Longest{Chunking: chunking, Attention: chunking.Attention.String(), CrossEntropy: chunking.CrossEntropy.String()}
 	refused := map[int]string{}
-	fits := func(n int) (bool, error) {
+	measure := func(n int) (int64, bool, error) {
 		seq := n * SeqStep
 		m, err := withSeq(base.Model, seq)
 		config := chunking.Apply(base)
@@ -57,25 +59,25 @@ func LongestThatFits(backend backends.Backend, base train.Config, budget int64, 
 		}
 		if err != nil {
 			refused[n] = err.Error()
-			return false, nil
+			return 0, true, nil
 		}
 		row.Evaluations++
 		e, err := EstimateStep(backend, config, compile)
 		if err != nil {
-			return false, fmt.Errorf("sequence %d, %s: %w", seq, chunking, err)
+			return 0, false, fmt.Errorf("sequence %d, %s: %w", seq, chunking, err)
 		}
 		ok := e.Memory() <= budget
 		if progress != nil {
 			fmt.Fprintf(progress, "  %-50s sequence %8d: %10s %s\n", chunking, seq, analysis.FormatBytes(e.Memory()),
 				map[bool]string{true: "fits", false: "too large"}[ok])
 		}
-		if ok {
+		if ok && seq > row.Seq {
 			row.Seq, row.Memory, row.Fits = seq, e.Memory(), true
 		}
-		return ok, nil
+		return e.Memory(), false, nil
 	}
 	top := MaxSeq / SeqStep
-	n, err := largestFitting(top, fits)
+	n, err := guidedFitting(top, budget, measure)
 	switch {
 	case err != nil:
 		return row, err
@@ -88,7 +90,7 @@ func LongestThatFits(backend backends.Backend, base train.Config, budget int64, 
 	default:
 		row.Bound = refused[n+1] // the model refused the next length: it, not the budget, ends the search
 	}
-	return row, nil // fitting probes only grow, so the row is the longest fitting one's
+	return row, nil // the row is the longest fitting length's
 }
 
 // LongestOver is LongestThatFits for each chunking, and the index of the one that fits the

@@ -16,6 +16,7 @@ type Part struct {
 // The parts PeakParts splits a peak into, in display order.
 const (
 	PartWeights         = "weights"
+	PartFrozenWeights   = "frozen weights"
 	PartGradients       = "gradients"
 	PartOptimizerState  = "optimizer state"
 	PartActivations     = "activations"
@@ -26,12 +27,13 @@ const (
 
 // PartNames lists the parts in display order.
 func PartNames() []string {
-	return []string{PartWeights, PartGradients, PartOptimizerState, PartActivations, PartAttentionScores, PartLogits, PartOther}
+	return []string{PartWeights, PartFrozenWeights, PartGradients, PartOptimizerState, PartActivations, PartAttentionScores, PartLogits, PartOther}
 }
 
 // PeakParts builds config's train step on backend (nothing runs), analyzes it and splits the
-// buffers alive at its peak into parts: the kinds of graph.Memory (weights are its parameters,
-// casts included), with two terms of a language model's activations apart — attention scores,
+// buffers alive at its peak into parts: the kinds of analysis.Memory (weights are its trainable
+// parameters, casts included; frozen weights a LoRA run's frozen base, its quantized codes and
+// dequantized copies included), with two terms of a language model's activations apart — attention scores,
 // the activations with two axes of the sequence's length (plain attention's scores, softmax
 // probabilities and their gradients, [.., seq, .., seq]), and logits, the activations whose last
 // axis is the vocabulary (the output layer's logits and their gradient, whole or a chunk of
@@ -69,6 +71,8 @@ func partOf(t analysis.Tensor, seq, vocab int) string {
 	switch t.Kind {
 	case analysis.Parameters:
 		return PartWeights
+	case analysis.FrozenWeights:
+		return PartFrozenWeights
 	case analysis.Gradients:
 		return PartGradients
 	case analysis.OptimizerState:

@@ -17,7 +17,8 @@ import (
 // attention scores (at least one whole [1, 2 kv heads, 96, 2, 96] float32 tensor, 147,456 bytes,
 // and masks of the same shape: a multiple of 96² bytes) and logits (whole [1, 96, 256] float32 tensors: a multiple of 98,304 bytes); the
 // weights are the parameters' 4 bytes each; chunked attention and loss leave no scores and fewer
-// logit bytes.
+// logit bytes. Adapters (rank 4 on q_proj and v_proj) make the weights frozen weights, but for
+// the adapters, which are the only trained weights.
 func TestPeakParts(t *testing.T) {
 	backend := testkit.Embedded()
 	c := models.LlamaPresets["tiny"]
@@ -73,5 +74,20 @@ func TestPeakParts(t *testing.T) {
 		t.Errorf("chunked: scores %d bytes (want 0), logits %d (want fewer than plain's %d)",
 			chunked[plan.PartAttentionScores], chunked[plan.PartLogits], plain[plan.PartLogits])
 	}
+	if chunked[plan.PartFrozenWeights] != 0 {
+		t.Errorf("a full fine-tune: %d bytes of frozen weights, want 0", chunked[plan.PartFrozenWeights])
+	}
 	t.Logf("plain: %v\nchunked: %v", plain, chunked)
+
+	config.LoRA = layers.LoRA{Rank: 4, Targets: []string{"q_proj", "v_proj"}}
+	parts, _, err = plan.PeakParts(backend, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lora := bytesOf(parts)
+	adapters := int64(4 * 4 * c.Layers * (c.Hidden + c.Heads*c.HeadDim + c.Hidden + c.KVHeads*c.HeadDim)) // A and B, float32
+	if lora[plan.PartFrozenWeights] < 4*c.Params()-adapters || lora[plan.PartWeights] < adapters || lora[plan.PartWeights] > 2*adapters {
+		t.Errorf("LoRA: frozen weights %d bytes (want at least the base's %d), weights %d (want the adapters' %d, at most twice)",
+			lora[plan.PartFrozenWeights], 4*c.Params()-adapters, lora[plan.PartWeights], adapters)
+	}
 }
