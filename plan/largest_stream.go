@@ -89,17 +89,18 @@ func LargestStreamed(backend backends.Backend, base train.Config, family Scaled,
 		}
 		ok := best.DeviceBytes <= budget && best.HostBytes <= hostBudget
 		if progress != nil {
-			fmt.Fprintf(progress, "  %-50s %-40s %12d params: device %10s, host %10s %s\n", opts.Name, fmt.Sprint(m), best.Params,
+			fmt.Fprintf(progress, "  %-50s %-40s %12d trained params: device %10s, host %10s %s\n", opts.Name, fmt.Sprint(m), best.Params,
 				analysis.FormatBytes(best.DeviceBytes), analysis.FormatBytes(best.HostBytes), map[bool]string{true: "fits", false: "too large"}[ok])
 		}
 		if ok {
 			row.Params, row.Memory, row.HostMemory, row.Variant, row.Fits = best.Params, best.DeviceBytes, best.HostBytes, bestVariant, true
 			row.Model, row.Step = fmt.Sprint(m), &best.StepTime
+			// The model's parameters (a LoRA run trains its adapters only: best.Params).
 			switch m := m.(type) {
 			case models.GPT:
-				row.Layers, row.Hidden = m.Config.Layers, m.Config.Hidden
+				row.Layers, row.Hidden, row.Params = m.Config.Layers, m.Config.Hidden, m.Config.Params()
 			case models.Llama:
-				row.Layers, row.Hidden = m.Config.Layers, m.Config.Hidden
+				row.Layers, row.Hidden, row.Params = m.Config.Layers, m.Config.Hidden, m.Config.Params()
 			}
 		}
 		return ok, nil

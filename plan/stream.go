@@ -38,6 +38,11 @@ type StageEstimate struct {
 	Params       int64 `json:"params"`
 	SharedParams int64 `json:"shared_params,omitempty"`
 	StateBytes   int64 `json:"state_bytes"`
+	// FrozenBytes are its frozen weights as stored (a LoRA run's base: floats in the base's dtype,
+	// or NF4 codes and scales), which cross to the device with it and take no gradient or state;
+	// SharedFrozenBytes those an earlier stage has too (a tied embedding).
+	FrozenBytes       int64 `json:"frozen_bytes,omitempty"`
+	SharedFrozenBytes int64 `json:"shared_frozen_bytes,omitempty"`
 	// WorkBytes is the most its programs allocate above their arguments (analysis.Analyze's
 	// PeakTempBytes: activations, recomputation, the float32 gradients they return), per
 	// micro-batch; FLOPs its forward and backward FLOPs per micro-batch (the backward recomputes
@@ -67,7 +72,10 @@ type Streamed struct {
 	MasterBytes       int64 `json:"master_bytes"`
 	StateBytes        int64 `json:"state_bytes"`
 	HostGradientBytes int64 `json:"host_gradient_bytes"`
-	HostBytes         int64 `json:"host_bytes"`
+	// FrozenBytes is a LoRA run's frozen base in host memory, as stored (no master copy, state or
+	// gradient: only the adapters train).
+	FrozenBytes int64 `json:"frozen_bytes,omitempty"`
+	HostBytes   int64 `json:"host_bytes"`
 	// Traffic per step: weights to the device (each stage's forward and backward; the head's once)
 	// and float32 gradients back.
 	BytesToDevice int64 `json:"bytes_to_device"`
@@ -176,16 +184,18 @@ func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o Stre
 		n := int64(st.Count)
 		s.Params += n * (st.Params - st.SharedParams)
 		s.StateBytes += n * st.StateBytes
+		s.FrozenBytes += n * (st.FrozenBytes - st.SharedFrozenBytes)
 		largestParams = max(largestParams, st.Params)
 		s.WorkBytes = max(s.WorkBytes, st.WorkBytes)
 		s.FLOPs += n * k * st.FLOPs
 		uploads := int64(2) // forward and backward
-		if st.Name == "head" {
-			uploads = 1 // one program: forward and backward
+		if st.Name == "head" || st.Params == 0 {
+			uploads = 1 // one program: forward and backward; or no backward (nothing in it trains)
 		}
-		s.BytesToDevice += n * uploads * st.Params * int64(compute.Size())
+		weights := st.Params*int64(compute.Size()) + st.FrozenBytes
+		s.BytesToDevice += n * uploads * weights
+		s.StageWeightBytes = max(s.StageWeightBytes, weights)
 	}
-	s.StageWeightBytes = largestParams * int64(compute.Size())
 	s.DeviceWeightBytes = 2 * s.StageWeightBytes
 	s.DeviceGradientBytes = 4 * largestParams
 	// Every block's input and the head's, for the whole batch: x is one micro-batch's.
@@ -194,7 +204,7 @@ func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o Stre
 	s.MasterBytes = 4 * s.Params
 	s.HostGradientBytes = 4 * s.Params // the update waits for every stage's gradients
 	s.BytesToHost = 4 * s.Params
-	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes
+	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes + s.FrozenBytes
 	s.StepTime = stepTime(s.FLOPs, compute, s.BytesToDevice, s.BytesToHost, s.Params, o)
 	return s
 }
@@ -246,9 +256,16 @@ func optimizerOf(c train.Config) optim.Optimizer {
 // the model's parameters and state.
 func estimateStages(backend backends.Backend, config train.Config, programs *train.StreamedPrograms) ([]StageEstimate, error) {
 	var estimates []StageEstimate
-	var earlier []*context.Variable // the trainable variables of the stages before
+	var earlier, earlierFrozen []*context.Variable // the trainable and frozen variables of the stages before
 	for _, st := range programs.Stages {
 		e := StageEstimate{Name: st.Name, Count: st.Count, Params: countParams(st.Trainable)}
+		for _, v := range st.Frozen {
+			e.FrozenBytes += int64(v.Shape().Memory())
+			if slices.Contains(earlierFrozen, v) {
+				e.SharedFrozenBytes += int64(v.Shape().Memory())
+			}
+		}
+		earlierFrozen = append(earlierFrozen, st.Frozen...)
 		for _, p := range st.Programs {
 			m := analysis.Analyze(p)
 			e.WorkBytes = max(e.WorkBytes, m.PeakTempBytes)

@@ -55,6 +55,16 @@ func (t *Trainer) prepareBase() error {
 			return fmt.Errorf("initializing the base model: %w", err)
 		}
 		t.Ctx = t.Ctx.Checked(false)
+		if t.Config.Offload == OffloadParams {
+			// The streamed step keeps the weights in host memory, where its host engine reads them.
+			for v := range t.Ctx.IterVariables() {
+				if value, err := v.Value(); err == nil {
+					if err := value.ToLocal(); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		from = fmt.Sprintf("the seed %d", t.Config.Seed)
 	}
 	sum, err := baseSHA256(t.Ctx)

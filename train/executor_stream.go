@@ -13,6 +13,7 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
@@ -30,6 +31,10 @@ import (
 //     stage's weights go to the device again, the stage is recomputed and differentiated per
 //     micro-batch, its float32 gradients summed over the micro-batches on the device and brought
 //     to the host;
+//   - a LoRA run's frozen base (Config.LoRA: float in BaseDType, or quantized for QLoRA, NF4's
+//     0.52 bytes a parameter) stays in host memory as it is and crosses the bus with its stage, once
+//     per step and direction; it takes no gradient and no host update: only the adapters do. A
+//     stage without trainable variables (the embedding, under LoRA) is not run backward;
 //   - the host update (hostUpdate, the optimizer offload's) applies the run's optimizer chain
 //     (loss-scale check and atomic skip, clipping, Adam, 8-bit Adam, Adafactor) to all parameters
 //     at once, after the last gradients arrived: under a loss scale a non-finite gradient in any
@@ -192,6 +197,13 @@ func (s *streamExecutor) start() error {
 		return []*graph.Node{t.mustChain().ScaleLoss(ctx, graph.ConvertDType(loss.Sum, dtypes.Float32))}
 	}); err != nil {
 		return err
+	}
+	if lora := t.Config.LoRA.Resolved(); lora.Active() {
+		// The whole step's loss function freezes the base; the stages are built without it.
+		if err := checkTargets(t.Ctx, lora); err != nil {
+			return err
+		}
+		layers.FreezeBase(t.Ctx)
 	}
 	if err := t.Ctx.InitializeVariables(s.host, nil); err != nil {
 		return fmt.Errorf("Config.Offload params: initializing the weights on the host: %w", err)

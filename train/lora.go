@@ -14,8 +14,7 @@ import (
 	"github.com/onegpu/onegpu/mixed"
 )
 
-// validateLoRA refuses a LoRA that cannot be used, a BaseDType without one, and the executor
-// that does not train adapters yet (the streamed one).
+// validateLoRA refuses a LoRA that cannot be used, and a BaseDType without one.
 func (c Config) validateLoRA() error {
 	if err := c.LoRA.Resolved().Validate(); err != nil {
 		return fmt.Errorf("Config.LoRA: %w", err)
@@ -28,9 +27,6 @@ func (c Config) validateLoRA() error {
 	}
 	if c.BaseDType != dtypes.InvalidDType && !c.BaseDType.IsFloat() {
 		return fmt.Errorf("Config.BaseDType %s is not a float dtype", c.BaseDType)
-	}
-	if c.Offload == OffloadParams {
-		return fmt.Errorf("Config.LoRA with Config.Offload %s: adapters train with their base on the device (offload none), or with their optimizer on the host (offload optimizer)", c.Offload)
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func TestQLoRAFollowsLoRA(t *testing.T) {
 }
 
 // TestLoRAConfigErrors: a target the model lacks, a rank larger than a matrix, a base dtype
-// without LoRA and LoRA with an offload mode are errors before any step runs.
+// without LoRA and a dropout out of range are errors before any step runs.
 func TestLoRAConfigErrors(t *testing.T) {
 	for want, edit := range map[string]func(c *train.Config){
 		"Config.LoRA targets x_proj, which the model does not have: its projections are": func(c *train.Config) {
@@ -139,10 +139,7 @@ func TestLoRAConfigErrors(t *testing.T) {
 		},
 		"LoRA.Rank 40 is larger than k_proj's matrix [32, 64]":               func(c *train.Config) { c.LoRA = layers.LoRA{Rank: 40, Targets: []string{"k_proj"}} },
 		"Config.BaseDType BFloat16 is the dtype of a LoRA run's frozen base": func(c *train.Config) { c.BaseDType = dtypes.BFloat16 },
-		"Config.LoRA with Config.Offload params": func(c *train.Config) {
-			c.LoRA, c.Offload = layers.LoRA{Rank: 2}, train.OffloadParams
-		},
-		"Config.LoRA: lora: LoRA.Dropout 2 must be in [0, 1)": func(c *train.Config) { c.LoRA = layers.LoRA{Rank: 2, Dropout: 2} },
+		"Config.LoRA: lora: LoRA.Dropout 2 must be in [0, 1)":                func(c *train.Config) { c.LoRA = layers.LoRA{Rank: 2, Dropout: 2} },
 	} {
 		c := llamaReference(t)
 		edit(&c)

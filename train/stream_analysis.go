@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
@@ -33,8 +34,9 @@ type StreamedStage struct {
 	// Programs are its forward then its backward program; the head has one, loss and gradients.
 	Programs []*analysis.Program
 	// Trainable are the trainable variables its programs use, in Ctx, in the order of the
-	// gradients its backward program returns.
-	Trainable []*context.Variable
+	// gradients its backward program returns; Frozen the frozen weights they read (a LoRA run's
+	// base: graph's analysis.IsFrozen), which cross to the device with the stage and train not.
+	Trainable, Frozen []*context.Variable
 }
 
 // All lists every stage's programs in the order the step first runs them: the embedding's
@@ -94,6 +96,14 @@ func (t *Trainer) StreamedPrograms() (*StreamedPrograms, error) {
 		st.Programs = append(st.Programs, p)
 		if sp.backward {
 			st.Trainable = accum.TrainableVariables(ctx, p.Graph)
+		}
+	}
+	for i := range out.Stages { // the base is frozen once a backward program is built
+		st := &out.Stages[i]
+		for v := range ctx.IterVariables() {
+			if analysis.IsFrozen(ctx, v) && slices.ContainsFunc(st.Programs, func(p *analysis.Program) bool { return v.InUseByGraph(p.Graph) }) {
+				st.Frozen = append(st.Frozen, v)
+			}
 		}
 	}
 	return out, nil

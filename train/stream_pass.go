@@ -162,6 +162,9 @@ func (p *streamPass) backward() error {
 			return err
 		}
 	}
+	if len(s.embed.trainable) == 0 {
+		return nil // nothing to differentiate (a LoRA run's frozen embedding)
+	}
 	if err := p.bind(s.embed, s.embedVars); err != nil {
 		return err
 	}
@@ -269,6 +272,9 @@ func (p *streamPass) bindOrder() [][]*context.Variable {
 	order = append(order, s.headVars)
 	for i := len(s.blockVars) - 1; i >= 0; i-- {
 		order = append(order, s.blockVars[i])
+	}
+	if len(s.embed.trainable) == 0 {
+		return order // the embedding is not run backward
 	}
 	return append(order, s.embedVars)
 }

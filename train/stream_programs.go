@@ -16,6 +16,7 @@ import (
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/exact"
+	"github.com/onegpu/onegpu/layers"
 )
 
 // The programs of a streamed step (executor_stream.go). Each kind of stage (the embedding, a
@@ -145,6 +146,9 @@ func (t *Trainer) paramsToCopy() []ctxParam {
 // for float64 variables).
 func stageGradients(ctx *context.Context, target *graph.Node, xs ...*graph.Node) []*graph.Node {
 	g := target.Graph()
+	if layers.LoRAOf(ctx).Active() {
+		layers.FreezeBase(ctx) // as the whole step's loss function does: only the adapters train
+	}
 	vars := accum.TrainableVariables(ctx, g)
 	wrt := append([]*graph.Node{}, xs...)
 	for _, v := range vars {
@@ -347,7 +351,7 @@ func (s *streamExecutor) unbind(st *streamStage) {
 
 // accumulate returns acc + grads (acc donated), or grads when acc is nil.
 func accumulate(device backends.Backend, st *streamStage, acc, grads []*tensors.Tensor) ([]*tensors.Tensor, error) {
-	if acc == nil {
+	if acc == nil || len(grads) == 0 { // the first micro-batch, or a stage that trains nothing (a LoRA run's head)
 		return grads, nil
 	}
 	args := make([]any, 0, 2*len(acc))

@@ -49,7 +49,6 @@ func TestLoRAFlagErrors(t *testing.T) {
 		"--lora: lora: \"rank=0\" has no rank":                                             {"--lora", "rank=0"},
 		"--quantize-base: quant: unknown format \"nf3\"":                                   {"--lora", "rank=2", "--quantize-base", "nf3"},
 		"--base-dtype \"int8\": want float32 or bfloat16":                                  {"--lora", "rank=2", "--base-dtype", "int8"},
-		"--lora with --offload params":                                                     {"--lora", "rank=2", "--offload", "params"},
 		"--lora targets x_proj, which the model does not have":                             {"--lora", "rank=2,targets=q,x_proj"},
 	} {
 		var out bytes.Buffer

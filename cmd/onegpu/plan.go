@@ -51,8 +51,12 @@ func runPlan(args []string, w io.Writer) (err error) {
 		}
 	}
 	if streamed {
-		if *longest || *largest {
-			return fmt.Errorf("--offload params with --longest or --largest: plan --largest searches the streamed models itself (its streamed rows); --longest plans a step on the device")
+		if *longest {
+			return fmt.Errorf("--offload params with --longest: --longest plans a step on the device; plan --largest searches the streamed models (its streamed rows)")
+		}
+		if *largest { // its streamed rows answer it, next to the device's
+			s.offload, streamed = "none", false
+			delete(set, "offload")
 		}
 	}
 	if *longest {
@@ -320,7 +324,8 @@ func planLargest(w io.Writer, backend backends.Backend, base train.Config, budge
 	fmt.Fprintf(w, "  %-55s %6s %6s %16s %10s  %s\n", "options", "layers", "hidden", "parameters", "memory", "settings")
 	for i, r := range rows {
 		if i == 2 {
-			fmt.Fprintf(w, "\nstreamed (--offload params): the device holds a stage at a time, the host %s of master weights, optimizer state and gradients:\n", analysis.FormatBytes(st.host))
+			fmt.Fprintf(w, "\nstreamed (--offload params): the device holds a stage at a time, the host %s of master weights, optimizer state and gradients%s:\n",
+				analysis.FormatBytes(st.host), map[bool]string{true: " and the frozen base", false: ""}[base.LoRA.Active()])
 		}
 		if !r.Fits {
 			fmt.Fprintf(w, "  %-55s nothing fits\n", r.Options.Name)

@@ -126,7 +126,11 @@ func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
 	}
 	fmt.Fprintf(w, "streamed step (--offload params): %s parameters in %d stages\n", groupDigits(s.Params), stageCount(s))
 	for _, st := range s.Stages {
-		fmt.Fprintf(w, "  %-6s x%-4d %16s params, working memory %10s, state %10s\n", st.Name, st.Count, groupDigits(st.Params), b(st.WorkBytes), b(st.StateBytes))
+		frozen := ""
+		if st.FrozenBytes > 0 {
+			frozen = fmt.Sprintf(", frozen base %10s", b(st.FrozenBytes))
+		}
+		fmt.Fprintf(w, "  %-6s x%-4d %16s params, working memory %10s, state %10s%s\n", st.Name, st.Count, groupDigits(st.Params), b(st.WorkBytes), b(st.StateBytes), frozen)
 	}
 	fmt.Fprintf(w, "\ndevice: %s %s\n", b(s.DeviceBytes), fits(s.DeviceBytes, budget))
 	fmt.Fprintf(w, "  largest stage's weights, twice (double buffer)  %10s\n", b(s.DeviceWeightBytes))
@@ -137,6 +141,9 @@ func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
 	fmt.Fprintf(w, "  float32 master weights                          %10s\n", b(s.MasterBytes))
 	fmt.Fprintf(w, "  optimizer state                                 %10s\n", b(s.StateBytes))
 	fmt.Fprintf(w, "  float32 gradients                               %10s\n", b(s.HostGradientBytes))
+	if s.FrozenBytes > 0 {
+		fmt.Fprintf(w, "  frozen base, as stored (no gradient, no update) %10s\n", b(s.FrozenBytes))
+	}
 	fmt.Fprintf(w, "\nstep: about %.3f s, bound by %s\n", s.Seconds, s.Bound)
 	fmt.Fprintf(w, "  device compute  %9.3f s  (%.3g FLOPs)\n", s.ComputeSeconds, float64(s.FLOPs))
 	fmt.Fprintf(w, "  transfers       %9.3f s  (%s to the device, %s back, at %.0f GB/s per direction)\n", s.TransferSeconds,
