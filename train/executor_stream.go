@@ -5,9 +5,7 @@ import (
 	"io"
 
 	"github.com/gomlx/gomlx/backends"
-	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
-	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
@@ -115,18 +113,15 @@ func (s *StreamStats) WriteSummary(w io.Writer) {
 
 // streamExecutor runs a streamed step.
 type streamExecutor struct {
-	t     *Trainer
-	model Staged
-	host  backends.Backend
-	// norm is the loss sums' exact normalization (lossNorm of a micro-batch's rows).
-	norm float64
-	// The stages and the trainer's variables of each instance, in the order of their templates.
-	embed, block, head  *streamStage
-	embedVars, headVars []*context.Variable
-	blockVars           [][]*context.Variable
-	trainable           []*context.Variable // the host update's order (the context's)
-	update              *hostUpdate
-	last                *StreamStats
+	t *Trainer
+	// stageLayout holds the stage instances' variables (and the trainable ones, the host update's
+	// order); nil until start.
+	*stageLayout
+	host backends.Backend
+	// The stages: their templates and programs.
+	embed, block, head *streamStage
+	update             *hostUpdate
+	last               *StreamStats
 	// compiled is each program's device memory by XLA's account, once known.
 	compiled map[*graph.Graph]int64
 }
@@ -143,59 +138,14 @@ func (s *streamExecutor) Stats() Stats {
 // start creates the host engine, the variables (on the host) and the programs.
 func (s *streamExecutor) start() error {
 	t := s.t
-	s.model = t.Config.Model.(Staged) // Validate checked
+	s.stageLayout = newStageLayout(t)
 	host, _, err := hostengine.NewBackend()
 	if err != nil {
 		return fmt.Errorf("Config.Offload params: the host engine: %w", err)
 	}
 	s.host = host
 	s.compiled = map[*graph.Graph]int64{}
-	t.Ctx = t.Ctx.Checked(false)
-	k := t.Config.microBatches()
-	rows := t.Config.Batch / k
-	s.norm = lossNorm(rows)
-	inputs := t.Config.Model.InputShapes(rows)
-
-	var xShape shapes.Shape
-	embedFn := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		t.Config.Settings().Apply(ctx, in[0].Graph())
-		x := s.model.EmbedStage(ctx, in)
-		xShape = x.Shape()
-		return []*graph.Node{x}
-	}
-	if s.embedVars, err = s.stageVariables("embed", inputs, embedFn); err != nil {
-		return err
-	}
-	n := s.model.Blocks()
-	if n < 1 {
-		return fmt.Errorf("Config.Offload params: %s has %d blocks: a streamed model needs at least one", describeModel(t.Config.Model), n)
-	}
-	s.blockVars = make([][]*context.Variable, n)
-	for i := range n {
-		scope := s.model.BlockScope(i)
-		used, err := s.stageVariables(scope, append([]shapes.Shape{xShape}, inputs...), func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-			t.Config.Settings().Apply(ctx, in[0].Graph())
-			y := s.model.BlockStage(inScopePath(ctx, scope), in[0], in[1:])
-			if !y.Shape().Equal(xShape) {
-				panic(fmt.Errorf("block %d maps %s to %s: a block keeps its input's shape", i, xShape, y.Shape()))
-			}
-			return []*graph.Node{y}
-		})
-		if err != nil {
-			return err
-		}
-		if i == 0 {
-			s.blockVars[0] = used
-		} else if s.blockVars[i], err = s.blockSources(s.blockVars[0], i, used); err != nil {
-			return err
-		}
-	}
-	headInputs := append([]shapes.Shape{xShape}, inputs...)
-	if s.headVars, err = s.stageVariables("head", headInputs, func(ctx *context.Context, in []*graph.Node) []*graph.Node {
-		t.Config.Settings().Apply(ctx, in[0].Graph())
-		loss, _ := s.model.HeadStage(ctx, in[0], in[1:])
-		return []*graph.Node{t.mustChain().ScaleLoss(ctx, graph.ConvertDType(loss.Sum, dtypes.Float32))}
-	}); err != nil {
+	if err := s.discover(); err != nil {
 		return err
 	}
 	if lora := t.Config.LoRA.Resolved(); lora.Active() {
@@ -207,17 +157,6 @@ func (s *streamExecutor) start() error {
 	}
 	if err := t.Ctx.InitializeVariables(s.host, nil); err != nil {
 		return fmt.Errorf("Config.Offload params: initializing the weights on the host: %w", err)
-	}
-	used := map[*context.Variable]bool{}
-	for _, vs := range append([][]*context.Variable{s.embedVars, s.headVars}, s.blockVars...) {
-		for _, v := range vs {
-			used[v] = true
-		}
-	}
-	for v := range t.Ctx.IterVariables() {
-		if v.Trainable && used[v] {
-			s.trainable = append(s.trainable, v)
-		}
 	}
 	if err := s.startHost(); err != nil {
 		return err
@@ -282,5 +221,5 @@ func (s *streamExecutor) Close() {
 		s.host.Finalize()
 	}
 	s.embed, s.block, s.head, s.update, s.host = nil, nil, nil, nil, nil
-	s.trainable, s.blockVars = nil, nil
+	s.stageLayout = nil
 }

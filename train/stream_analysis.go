@@ -64,7 +64,7 @@ func (t *Trainer) StreamedPrograms() (*StreamedPrograms, error) {
 		return nil, fmt.Errorf("streamed programs: %s does not run as stages (train.Staged)", describeModel(t.Config.Model))
 	}
 	rows := t.Config.Batch / t.Config.microBatches()
-	s := &streamExecutor{t: t, model: m, norm: lossNorm(rows)}
+	s := newStageLayout(t)
 	ctx := context.New().Checked(false)
 	for _, p := range t.paramsToCopy() {
 		ctx.SetParam(p.key, p.value)

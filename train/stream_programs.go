@@ -60,30 +60,30 @@ func usedVariables(ctx *context.Context, g *graph.Graph) []*context.Variable {
 
 // stageVariables builds fn on the trainer's context (creating the variables a fresh run needs,
 // as a whole step would) and returns the variables it uses.
-func (s *streamExecutor) stageVariables(name string, inputs []shapes.Shape, fn accum.StepFn) ([]*context.Variable, error) {
-	p, err := analysis.ContextProgram(s.host, s.t.Ctx, name, inputs, fn)
+func (s *stageLayout) stageVariables(name string, inputs []shapes.Shape, fn accum.StepFn) ([]*context.Variable, error) {
+	p, err := analysis.ContextProgram(s.t.Backend, s.t.Ctx, name, inputs, fn)
 	if err != nil {
-		return nil, fmt.Errorf("Config.Offload params: building the %s stage: %w", name, err)
+		return nil, fmt.Errorf("Config.Offload %s: building the %s stage: %w", s.t.Config.Offload, name, err)
 	}
 	defer p.Graph.Finalize()
 	vars := usedVariables(s.t.Ctx, p.Graph)
 	for _, v := range vars {
 		if v.ChangedInGraph(p.Graph) && v != s.rngVar() {
-			return nil, fmt.Errorf("Config.Offload params: the %s stage changes the variable %s: a streamed stage may change the random state only",
-				name, v.ScopeAndName())
+			return nil, fmt.Errorf("Config.Offload %s: the %s stage changes the variable %s: a stage may change the random state only",
+				s.t.Config.Offload, name, v.ScopeAndName())
 		}
 	}
 	return vars, nil
 }
 
 // rngVar is the trainer's random state (nil until something draws random numbers).
-func (s *streamExecutor) rngVar() *context.Variable {
+func (s *stageLayout) rngVar() *context.Variable {
 	return s.t.Ctx.GetVariableByScopeAndName(context.RootScope, context.RNGStateVariableName)
 }
 
 // blockSources returns block i's variables in the order of block 0's (its scope in place of
 // block 0's), or an error naming the first that does not match.
-func (s *streamExecutor) blockSources(block0 []*context.Variable, i int, used []*context.Variable) ([]*context.Variable, error) {
+func (s *stageLayout) blockSources(block0 []*context.Variable, i int, used []*context.Variable) ([]*context.Variable, error) {
 	root := s.t.Ctx.InAbsPath(context.RootScope)
 	scope0, scopeI := inScopePath(root, s.model.BlockScope(0)).Scope(), inScopePath(root, s.model.BlockScope(i)).Scope()
 	out := make([]*context.Variable, len(block0))
@@ -94,19 +94,19 @@ func (s *streamExecutor) blockSources(block0 []*context.Variable, i int, used []
 		}
 		w := s.t.Ctx.GetVariableByScopeAndName(scope, v.Name())
 		if w == nil || !w.Shape().Equal(v.Shape()) || w.Trainable != v.Trainable {
-			return nil, fmt.Errorf("Config.Offload params: block %d has no variable %s/%s like block 0's %s (%s): every block must have the same variables",
-				i, scope, v.Name(), v.ScopeAndName(), v.Shape())
+			return nil, fmt.Errorf("Config.Offload %s: block %d has no variable %s/%s like block 0's %s (%s): every block must have the same variables",
+				s.t.Config.Offload, i, scope, v.Name(), v.ScopeAndName(), v.Shape())
 		}
 		out[j] = w
 	}
 	if len(used) != len(out) {
-		return nil, fmt.Errorf("Config.Offload params: block %d uses %d variables, block 0 uses %d: every block must have the same variables", i, len(used), len(out))
+		return nil, fmt.Errorf("Config.Offload %s: block %d uses %d variables, block 0 uses %d: every block must have the same variables", s.t.Config.Offload, i, len(used), len(out))
 	}
 	return out, nil
 }
 
 // newStage returns the stage kind name with template variables shaped as sources.
-func (s *streamExecutor) newStage(name string, sources []*context.Variable) *streamStage {
+func (s *stageLayout) newStage(name string, sources []*context.Variable) *streamStage {
 	st := &streamStage{name: name, tmpl: context.New(), rng: -1}
 	for _, p := range s.t.paramsToCopy() {
 		st.tmpl.SetParam(p.key, p.value)
@@ -182,7 +182,7 @@ type stageProgram struct {
 // under block 0's scope: every block runs them with its weights swapped in), the head's. It is
 // the one builder of the streamed programs: the executor compiles these (compile, on template
 // contexts, Reuse: the variables exist) and StreamedPrograms builds them for analysis.
-func (s *streamExecutor) stagePrograms(inputs []shapes.Shape, x shapes.Shape) []stageProgram {
+func (s *stageLayout) stagePrograms(inputs []shapes.Shape, x shapes.Shape) []stageProgram {
 	t, m := s.t, s.model
 	scope0 := m.BlockScope(0)
 	with := func(first ...shapes.Shape) []shapes.Shape { return append(first, inputs...) }
@@ -219,7 +219,7 @@ const wholeBlockKind = "block"
 
 // compile creates the programs of st, a stage of the given kind, on the device backend: those of
 // stagePrograms (the shapes are the arguments').
-func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
+func (s *stageLayout) compile(st *streamStage, kind stageKind) error {
 	backend := s.t.Backend
 	var err error
 	for _, p := range s.stagePrograms(nil, shapes.Shape{}) {
@@ -233,7 +233,7 @@ func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 		*exec, err = context.NewExec(backend, st.tmpl.Reuse(), p.fn)
 	}
 	if err != nil {
-		return fmt.Errorf("Config.Offload params: the %s stage's programs: %w", st.name, err)
+		return fmt.Errorf("Config.Offload %s: the %s stage's programs: %w", s.t.Config.Offload, st.name, err)
 	}
 	st.add, err = graph.NewExec(backend, func(in []*graph.Node) []*graph.Node {
 		n := len(in) / 2
@@ -250,7 +250,7 @@ func (s *streamExecutor) compile(st *streamStage, kind stageKind) error {
 // micro-batch (float32), then the cotangent of the head's input and the gradients of its
 // variables, of the loss sum times the exact normalization and the loss scale, as
 // accum.ScaledGradients differentiates it.
-func (s *streamExecutor) headFn() accum.StepFn {
+func (s *stageLayout) headFn() accum.StepFn {
 	t, m := s.t, s.model
 	chain := t.mustChain()
 	return func(ctx *context.Context, in []*graph.Node) []*graph.Node {
