@@ -69,19 +69,11 @@ func Load(path string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// readFile reads a file of a Hugging Face folder, of at most limit bytes. A symbolic link is
-// followed (the Hugging Face cache's snapshot folders link to its blobs), but what it leads to
-// must be a regular file: a link to a device or a named pipe is refused before it is read.
+// readFile reads a file of a Hugging Face folder, of at most limit bytes: a regular file or a
+// link to one (the Hugging Face cache's snapshot folders link to its blobs); a link to a device or
+// a named pipe is refused before it is read (regularfile.ReadLinked).
 func readFile(path string, limit int64) ([]byte, error) {
-	target, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return nil, err
-	}
-	data, err := regularfile.ReadAtMost(target, limit)
-	if err != nil && target != path {
-		return nil, fmt.Errorf("%s (a link to %s): %w", path, target, err)
-	}
-	return data, err
+	return regularfile.ReadLinked(path, limit)
 }
 
 // Parse reads the content of a tokenizer.json.

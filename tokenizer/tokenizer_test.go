@@ -195,7 +195,7 @@ func TestLoadFollowsLinksToFiles(t *testing.T) {
 	if err := os.Symlink("/dev/zero", filepath.Join(bad, File)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "a link to /dev/zero") {
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "a symbolic link to /dev/zero, which is a device") {
 		t.Errorf("a link to /dev/zero: got %v", err)
 	}
 }
