@@ -113,6 +113,9 @@ func (e *DivergedError) Error() string {
 // A step whose loss is not finite, or whose weights or optimizer state are not finite at a save,
 // stops the run with a *DivergedError before anything is saved.
 func (t *Trainer) Run(batches data.Data, opts RunOptions) (*History, error) {
+	if batches == nil {
+		return nil, fmt.Errorf("Trainer.Run: no data (nil): give a data.Data, e.g. data.NewText(data.Corpus, batch, seqLen, seed)")
+	}
 	store := opts.Checkpoints
 	if store == nil && opts.CheckpointDir != "" {
 		var err error

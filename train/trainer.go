@@ -47,6 +47,9 @@ type Trainer struct {
 // It returns an error, not a panic, for a config that cannot work or a policy the backend cannot
 // compute.
 func New(backend backends.Backend, config Config) (*Trainer, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("train.New: no backend (nil): give one, e.g. graph.NewBackend(\"go\") (see graph.ResolveBackend)")
+	}
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
@@ -127,6 +130,9 @@ func (t *Trainer) run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph,
 		g    *graph.Graph
 	)
 	if !t.started {
+		if err := t.checkPolicyReaches(); err != nil {
+			return nil, nil, err
+		}
 		if err := t.prepareBase(); err != nil {
 			return nil, nil, err
 		}
@@ -212,7 +218,8 @@ func counterOf(ctx *context.Context, scope, name string) int {
 	return int(tensors.ToScalar[int64](v.MustValue()))
 }
 
-// Close releases the compiled step and what its executor holds; a later Step compiles again.
+// Close releases the compiled step and what its executor holds; a later Step compiles again, on
+// the variables the trainer holds (trained weights, optimizer state, counters).
 func (t *Trainer) Close() {
 	if t.exec != nil {
 		t.exec.Close()
@@ -223,6 +230,9 @@ func (t *Trainer) Close() {
 		t.eval = nil
 	}
 	t.embed.close()
+	if t.started {
+		t.Ctx = t.Ctx.Checked(false) // the next build finds its variables: reuse them
+	}
 }
 
 func scalar(t *tensors.Tensor) float64 {
