@@ -86,6 +86,7 @@ func assertClose(t *testing.T, what string, got, want []float64, tol float64) {
 // bit and resumes on 1 device and on 2 devices with sharded optimizer state, with the one-device
 // losses. (BenchmarkDevices compares every mode over more steps.)
 func TestDevicesMatchOneDevice(t *testing.T) {
+	t.Parallel()
 	backend := fourDevices(t)
 	defer backend.Finalize()
 	const steps = 4

@@ -59,6 +59,7 @@ func llamaLosses(t *testing.T, backend backends.Backend, config train.Config, st
 // within 2e-2; 8-bit Adam and Adafactor start from the same loss (the same initial weights) and
 // lower it. With the XLA plugin (not -short), 2 devices give one device's losses within 1e-5.
 func TestLlamaTechniques(t *testing.T) {
+	t.Parallel()
 	checkTechniques(t, llamaReference(t), []technique{
 		{"remat attn", func(c *train.Config) { c.Remat.Kinds = []string{models.KindAttention} }, 0, false, true},
 		{"remat mlp", func(c *train.Config) { c.Remat.Kinds = []string{models.KindMLP} }, 0, false, false},

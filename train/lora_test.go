@@ -118,6 +118,7 @@ func TestQLoRAFollowsLoRA(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100 steps of the tiny Llama")
 	}
+	t.Parallel()
 	config := llamaReference(t)
 	config.LoRA = layers.LoRA{Rank: 8, Alpha: 16, Targets: allProjections}
 	lora := llamaLosses(t, testkit.Embedded(), config, 50)

@@ -64,6 +64,7 @@ func runOn(t *testing.T, backend backends.Backend, config train.Config, batches 
 // come back, nothing else (no loss scale here); with a loss scale so large that every gradient
 // overflows, both skip every step.
 func TestOffloadMatchesDeviceUpdate(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ optimizer, lossScale string }{
 		{"adam", "none"},
 		{"adam8bit", "dynamic"},

@@ -38,6 +38,7 @@ func xlaTemporaryBytes(t *testing.T, backend backends.Backend, config train.Conf
 // subexpression elimination would), so remat lowers its temporary memory; and it does not
 // interleave the micro-batches, so 4 of them need far less than one big batch.
 func TestXLAKeepsRematAndSerialization(t *testing.T) {
+	t.Parallel()
 	backend := xlaBackend(t)
 	defer backend.Finalize()
 	base := tinyConfig(t)
@@ -78,6 +79,7 @@ func TestXLAMicroBatchesShrinkTemporariesAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles three tutorial-sized steps")
 	}
+	t.Parallel()
 	backend := xlaBackend(t)
 	defer backend.Finalize()
 	one := tinyConfig(t)

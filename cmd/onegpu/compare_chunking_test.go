@@ -24,6 +24,7 @@ func TestCompareChunkedAgainstPlainJAX(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles a train step on each side (about 40 s)")
 	}
+	t.Parallel() // a JAX process and an XLA compile: beside the other comparisons
 	var out, progress bytes.Buffer
 	err := runCompare([]string{"--json", "--steps", "3", "--backend", "xla:" + plugin, "--python", python, "--config",
 		"--model gpt --preset tiny --seq 45 --batch 2 --microbatches 1 --policy float32 --attention chunked=16 --cross-entropy chunked=20",

@@ -38,6 +38,7 @@ func TestCompareAgreesWithJAX(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles two train steps on each side (about 40 s)")
 	}
+	t.Parallel() // a JAX process and an XLA compile: beside the other comparisons
 	var out, progress bytes.Buffer
 	err := runCompare([]string{"--json", "--steps", "6", "--backend", "xla:" + plugin, "--python", python,
 		"--config", "--model gpt --preset tiny --policy float32 --remat none --microbatches 1",

@@ -124,6 +124,7 @@ func TestCompareLlamaAgreesWithJAX(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles two train steps on each side (about 60 s)")
 	}
+	t.Parallel() // a JAX process and an XLA compile: beside the other comparisons
 	var out, progress bytes.Buffer
 	err := runCompare([]string{"--json", "--steps", "6", "--backend", "xla:" + plugin, "--python", python,
 		"--config", compareSets["llama"][0], "--config", compareSets["llama"][1]}, &out, &progress)
