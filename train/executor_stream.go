@@ -11,7 +11,6 @@ import (
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/analysis"
-	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/optim/hostengine"
 )
 
@@ -147,13 +146,6 @@ func (s *streamExecutor) start() error {
 	s.compiled = map[*graph.Graph]int64{}
 	if err := s.discover(); err != nil {
 		return err
-	}
-	if lora := t.Config.LoRA.Resolved(); lora.Active() {
-		// The whole step's loss function freezes the base; the stages are built without it.
-		if err := checkTargets(t.Ctx, lora); err != nil {
-			return err
-		}
-		layers.FreezeBase(t.Ctx)
 	}
 	if err := t.Ctx.InitializeVariables(s.host, nil); err != nil {
 		return fmt.Errorf("Config.Offload params: initializing the weights on the host: %w", err)

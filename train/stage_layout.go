@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/layers"
 )
 
 // stageLayout is a Staged model's stage instances in a trainer's context: the variables of the
@@ -36,7 +38,8 @@ func newStageLayout(t *Trainer) *stageLayout {
 
 // discover builds each stage instance's function once on the trainer's context (creating the
 // variables a fresh run needs, as a whole step would, uninitialized) and records the variables of
-// each instance and the trainable ones.
+// each instance and the trainable ones (a LoRA run's adapters: its base frozen, as the whole
+// step's loss function freezes it).
 func (s *stageLayout) discover() error {
 	t := s.t
 	t.Ctx = t.Ctx.Checked(false)
@@ -85,6 +88,13 @@ func (s *stageLayout) discover() error {
 		return []*graph.Node{t.mustChain().ScaleLoss(ctx, graph.ConvertDType(loss.Sum, dtypes.Float32))}
 	}); err != nil {
 		return err
+	}
+	if lora := t.Config.LoRA.Resolved(); lora.Active() {
+		// The whole step's loss function freezes the base; the stages are built without it.
+		if err := checkTargets(t.Ctx, lora); err != nil {
+			return err
+		}
+		layers.FreezeBase(t.Ctx)
 	}
 	used := map[*context.Variable]bool{}
 	for _, vs := range append([][]*context.Variable{s.embedVars, s.headVars}, s.blockVars...) {
