@@ -130,7 +130,7 @@ func Export(ctx *context.Context, dir string, model any, opts ExportOptions) err
 	if len(problems) > 0 {
 		return fmt.Errorf("exporting to %s (nothing was written):\n  %s", dir, strings.Join(problems, "\n  "))
 	}
-	folder, err := claimFolder(dir, opts)
+	folder, err := claimFolder(dir, exported, func() error { return CheckExportFolder(dir, opts) })
 	if err != nil {
 		return fmt.Errorf("exporting to %s (nothing was written): %w", dir, err)
 	}

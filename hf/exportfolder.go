@@ -46,12 +46,13 @@ func (e *ForeignFolderError) Explain(overwrite string) string {
 		"export to another folder, or %s to replace them", e.Dir, list(e.Files), MarkerFile, overwrite)
 }
 
-// SourceFolderError is Export's error for an export into the folder the model was read from
-// (ExportOptions.From), however it is named (a symbolic link, "..").
+// SourceFolderError is Export's (and ExportAdapter's) error for an export into the folder the
+// model or adapter was read from (ExportOptions.From, AdapterOptions.From), however it is named (a
+// symbolic link, "..").
 type SourceFolderError struct{ Dir, From string }
 
 func (e *SourceFolderError) Error() string {
-	return fmt.Sprintf("%s is the folder the model was loaded from (%s): the export would replace the weights it read; export to another folder", e.Dir, e.From)
+	return fmt.Sprintf("%s is the folder the run read its model or adapter from (%s): the export would replace what it read; export to another folder", e.Dir, e.From)
 }
 
 // exported matches every file Export writes or removes, the marker excepted: its leftover
@@ -73,6 +74,12 @@ func CheckExportFolder(dir string, opts ExportOptions) error {
 	if err := checkCarried(opts.From); err != nil {
 		return err
 	}
+	return checkFolder(dir, exported, opts.Overwrite, opts.From)
+}
+
+// checkFolder is CheckExportFolder's check of dir for an export that writes the files writes
+// names, and must not write into the folders sources name.
+func checkFolder(dir string, writes func(name string) bool, overwrite bool, sources ...string) error {
 	info, err := os.Lstat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -91,9 +98,9 @@ func CheckExportFolder(dir string, opts ExportOptions) error {
 	if !info.IsDir() {
 		return fmt.Errorf("%s is %s, not a folder: an export writes a folder of files", dir, regularfile.Kind(info.Mode()))
 	}
-	if opts.From != "" {
-		if from, err := os.Stat(opts.From); err == nil && os.SameFile(info, from) {
-			return &SourceFolderError{Dir: dir, From: opts.From}
+	for _, source := range sources {
+		if from, err := os.Stat(source); source != "" && err == nil && os.SameFile(info, from) {
+			return &SourceFolderError{Dir: dir, From: source}
 		}
 	}
 	entries, err := os.ReadDir(dir)
@@ -110,11 +117,11 @@ func CheckExportFolder(dir string, opts ExportOptions) error {
 				return &regularfile.NotRegularError{Path: filepath.Join(dir, MarkerFile), Mode: e.Type()}
 			}
 			ours = true
-		case e.IsDir() && exported(e.Name()):
+		case e.IsDir() && writes(e.Name()):
 			return fmt.Errorf("%s is a folder where the export writes a file: move it away", filepath.Join(dir, e.Name()))
 		}
 	}
-	if len(names) > 0 && !ours && !opts.Overwrite {
+	if len(names) > 0 && !ours && !overwrite {
 		return &ForeignFolderError{Dir: dir, Files: names}
 	}
 	return nil
@@ -139,11 +146,11 @@ type exportFolder struct {
 	marker *os.File
 }
 
-// claimFolder checks dir (CheckExportFolder), creates it, writes an incomplete marker and takes
-// its lock, then removes what an export that was killed left behind: temporary files of the names
-// Export writes.
-func claimFolder(dir string, opts ExportOptions) (*exportFolder, error) {
-	if err := CheckExportFolder(dir, opts); err != nil {
+// claimFolder checks dir (check: CheckExportFolder's or CheckAdapterFolder's), creates it, writes
+// an incomplete marker and takes its lock, then removes what an export that was killed left
+// behind: temporary files of the names the export writes.
+func claimFolder(dir string, writes func(name string) bool, check func() error) (*exportFolder, error) {
+	if err := check(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -171,7 +178,7 @@ func claimFolder(dir string, opts ExportOptions) (*exportFolder, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		if m := leftover.FindStringSubmatch(e.Name()); m != nil && e.Type().IsRegular() && exported(m[1]) {
+		if m := leftover.FindStringSubmatch(e.Name()); m != nil && e.Type().IsRegular() && writes(m[1]) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
 				folder.close()
 				return nil, err

@@ -81,7 +81,7 @@ func TestExportRefusesItsSource(t *testing.T) {
 		for _, overwrite := range []bool{false, true} {
 			err := hf.Export(ctx, dir, llama(untiedConfig), hf.ExportOptions{From: source, Overwrite: overwrite})
 			var same *hf.SourceFolderError
-			if !errors.As(err, &same) || !strings.Contains(err.Error(), "the folder the model was loaded from") {
+			if !errors.As(err, &same) || !strings.Contains(err.Error(), "the folder the run read its model or adapter from") {
 				t.Errorf("export into %s (Overwrite %v): %v, want a *SourceFolderError", dir, overwrite, err)
 			}
 		}

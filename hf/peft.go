@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -101,12 +99,30 @@ type AdapterOptions struct {
 	DType dtypes.DType
 	// Base is adapter_config.json's base_model_name_or_path: the base model's folder or hub name.
 	Base string
+	// From is the adapter folder the run started from (--init-adapter), or "": ExportAdapter
+	// refuses to write into it (*SourceFolderError), as it refuses Base's folder.
+	From string
+	// Overwrite lets ExportAdapter write into a folder that holds files it did not export (another
+	// adapter, a model), as ExportOptions.Overwrite does for Export.
+	Overwrite bool
+}
+
+// adapterFile names the files ExportAdapter writes.
+func adapterFile(name string) bool { return name == AdapterConfigFile || name == AdapterWeightsFile }
+
+// CheckAdapterFolder returns the error ExportAdapter would give for dir before it writes anything,
+// so that a run can check its output before training: as CheckExportFolder, dir must be a new or
+// empty folder or one onegpu exported before (MarkerFile), unless opts.Overwrite, and neither
+// opts.From's folder nor opts.Base's.
+func CheckAdapterFolder(dir string, opts AdapterOptions) error {
+	return checkFolder(dir, adapterFile, opts.Overwrite, opts.From, opts.Base)
 }
 
 // ExportAdapter writes the adapters lora adds to the model layout describes, from ctx's
 // variables, as a PEFT adapter folder dir (created if needed): adapter_config.json and
-// adapter_model.safetensors, each replaced atomically. A folder that holds other files than an
-// adapter's (a model's config.json or weights, ...) is refused.
+// adapter_model.safetensors, each replaced atomically. dir is checked and claimed as Export's
+// (CheckAdapterFolder: a new or empty folder, or one onegpu exported, marked by MarkerFile; never
+// the folder the adapter or the base was read from).
 func ExportAdapter(ctx *context.Context, dir string, layout Layout, lora layers.LoRA, opts AdapterOptions) error {
 	specs, err := AdapterTensors(layout, lora)
 	if err != nil {
@@ -120,8 +136,8 @@ func ExportAdapter(ctx *context.Context, dir string, layout Layout, lora layers.
 	if !ok || (opts.DType != dtypes.Float32 && opts.DType != dtypes.BFloat16) {
 		return fmt.Errorf("exporting an adapter: AdapterOptions.DType %s: want float32 or bfloat16", opts.DType)
 	}
-	if err := checkAdapterFolder(dir); err != nil {
-		return err
+	if err := CheckAdapterFolder(dir, opts); err != nil { // before the variables: the folder is what a run checks first
+		return fmt.Errorf("exporting an adapter to %s (nothing was written): %w", dir, err)
 	}
 	var tensors []safetensors.Tensor
 	buf := make([]byte, 2*chunkBytes)
@@ -137,9 +153,18 @@ func ExportAdapter(ctx *context.Context, dir string, layout Layout, lora layers.
 		tensors = append(tensors, safetensors.Tensor{Name: peftPrefix + spec.Name, DType: to, Shape: spec.Shape,
 			Data: func(w io.Writer) error { return writeVariable(w, v, from, to, buf) }})
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	folder, err := claimFolder(dir, adapterFile, func() error { return CheckAdapterFolder(dir, opts) })
+	if err != nil {
+		return fmt.Errorf("exporting an adapter to %s (nothing was written): %w", dir, err)
 	}
+	if err := writeAdapter(dir, tensors, lora, opts); err != nil {
+		return errors.Join(err, folder.close())
+	}
+	return folder.finish(map[string]bool{AdapterConfigFile: true, AdapterWeightsFile: true})
+}
+
+// writeAdapter writes an adapter's weights and config into dir.
+func writeAdapter(dir string, tensors []safetensors.Tensor, lora layers.LoRA, opts AdapterOptions) error {
 	if err := safetensors.WriteFile(filepath.Join(dir, AdapterWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
@@ -151,25 +176,6 @@ func ExportAdapter(ctx *context.Context, dir string, layout Layout, lora layers.
 		return err
 	}
 	return writeFileAtomic(filepath.Join(dir, AdapterConfigFile), append(raw, '\n'))
-}
-
-// checkAdapterFolder refuses a folder that holds files other than an adapter's.
-func checkAdapterFolder(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		switch e.Name() {
-		case AdapterConfigFile, AdapterWeightsFile, "README.md":
-		default:
-			return fmt.Errorf("exporting an adapter: %s holds %s, which is not an adapter's file: choose an empty or new folder", dir, e.Name())
-		}
-	}
-	return nil
 }
 
 // ReadAdapterConfig reads a PEFT adapter folder's adapter_config.json as a LoRA, with its

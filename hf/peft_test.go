@@ -186,7 +186,7 @@ func TestLoadAdapterRefuses(t *testing.T) {
 		}
 	}
 	p := open()
-	if err := hf.ExportAdapter(p.Ctx, testkit.ReadHFFixture(t, "llama3_untied").Dir, p.Layout, layers.LoRA{Rank: 2}, hf.AdapterOptions{}); err == nil || !strings.Contains(err.Error(), "which is not an adapter's file") {
+	if err := hf.ExportAdapter(p.Ctx, testkit.ReadHFFixture(t, "llama3_untied").Dir, p.Layout, layers.LoRA{Rank: 2}, hf.AdapterOptions{}); err == nil || !strings.Contains(err.Error(), "holds files onegpu did not export (config.json") {
 		t.Errorf("exporting an adapter into a model's folder: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ type adapterRun struct {
 	initDir, exportDir string
 	merge              bool
 	base               string // --init-hf, the exported adapter's base_model_name_or_path
+	overwrite          bool   // --overwrite: the export may replace files onegpu did not export
 }
 
 func (a *adapterRun) register(fs *flag.FlagSet) {
@@ -64,7 +65,7 @@ func sameLoRA(a, b layers.LoRA) bool {
 // check refuses, before training, adapter flags without adapters and an export the run cannot
 // write: --export-hf of a LoRA run without --merge would write the base without its adapters.
 func (a *adapterRun) check(c train.Config, h *hfRun) error {
-	a.base = h.initDir
+	a.base, a.overwrite = h.initDir, h.overwrite
 	if !c.LoRA.Active() {
 		for _, f := range []struct {
 			name string
@@ -90,11 +91,28 @@ func (a *adapterRun) check(c train.Config, h *hfRun) error {
 		if _, err := hf.AdapterTensors(layout, c.LoRA); err != nil {
 			return fmt.Errorf("--export-adapter: %w", err)
 		}
+		if h.checkpointDir != "" && sameFolder(a.exportDir, h.checkpointDir) {
+			return fmt.Errorf("--export-adapter %s is the --checkpoint folder: export to another folder", a.exportDir)
+		}
 		if err := checkOutputFolder("export-adapter", a.exportDir); err != nil {
 			return err
 		}
+		if err := hf.CheckAdapterFolder(a.exportDir, a.options()); err != nil {
+			return a.flagError(err)
+		}
 	}
 	return nil
+}
+
+// options are the adapter export's options: the base (--init-hf), the adapter the run started
+// from (--init-adapter), --overwrite.
+func (a *adapterRun) options() hf.AdapterOptions {
+	return hf.AdapterOptions{Base: a.base, From: a.initDir, Overwrite: a.overwrite}
+}
+
+// flagError says an adapter export's error in the CLI's words.
+func (a *adapterRun) flagError(err error) error {
+	return exportError("export-adapter", err, map[string]string{a.initDir: "init-adapter", a.base: "init-hf"})
 }
 
 // load reads --init-adapter into the trainer's context, unless the run resumes from a checkpoint.
@@ -126,8 +144,8 @@ func (a *adapterRun) export(t *train.Trainer, progress io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := hf.ExportAdapter(t.Ctx, a.exportDir, layout, t.Config.LoRA, hf.AdapterOptions{Base: a.base}); err != nil {
-			return fmt.Errorf("--export-adapter: %w", err)
+		if err := hf.ExportAdapter(t.Ctx, a.exportDir, layout, t.Config.LoRA, a.options()); err != nil {
+			return a.flagError(err)
 		}
 		if progress != nil {
 			fmt.Fprintf(progress, "%-22s %s (PEFT adapter, %s)\n", "exported", a.exportDir, t.Config.LoRA)

@@ -48,7 +48,7 @@ func runTrain(args []string, w io.Writer) (err error) {
 		"With --lora the checkpoints hold the adapters and the base's SHA-256, not the base: resume with the same --init-hf (or seed) and --base-dtype")
 	saveEvery := fs.Int("save-every", 0, "with --checkpoint, save every N steps, at the end and when interrupted (default: steps/4, at least 1)")
 	keep := fs.Int("keep", 2, "with --checkpoint, keep the newest N whole checkpoints")
-	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted;\nwith --export-hf, export into a folder that holds files onegpu did not export (a model someone saved):\nits config.json and weights are replaced and its other weights files removed")
+	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted;\nwith --export-hf or --export-adapter, export into a folder that holds files onegpu did not export (a model\nor adapter someone saved): its config.json and weights (or adapter files) are replaced, other weights files removed")
 	allowOtherData := fs.Bool("allow-other-data", false, "with --checkpoint, resume from a checkpoint trained on other --data (the checkpoints record the data: its content hash or parameters)")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
 	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
@@ -76,8 +76,8 @@ func runTrain(args []string, w io.Writer) (err error) {
 		if err := notApplicable(set, "it needs --checkpoint DIR", "save-every", "keep", "allow-other-data"); err != nil {
 			return err
 		}
-		if hfFlags.exportDir == "" {
-			if err := notApplicable(set, "it needs --checkpoint DIR or --export-hf DIR", "overwrite"); err != nil {
+		if hfFlags.exportDir == "" && adapterFlags.exportDir == "" {
+			if err := notApplicable(set, "it needs --checkpoint DIR, --export-hf DIR or --export-adapter DIR", "overwrite"); err != nil {
 				return err
 			}
 		}

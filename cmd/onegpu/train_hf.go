@@ -106,18 +106,25 @@ func (h *hfRun) options(dtype dtypes.DType) hf.ExportOptions {
 
 // flagError says an export's error in the CLI's words: the flags that set what it names.
 func (h *hfRun) flagError(err error) error {
+	return exportError("export-hf", err, map[string]string{h.initDir: "init-hf"})
+}
+
+// exportError says the error of the export --flag sets in the CLI's words: --overwrite for a
+// folder of someone else's files, and for the folder the run reads, the flag that names it
+// (sources: flag by folder).
+func exportError(flag string, err error, sources map[string]string) error {
 	var foreign *hf.ForeignFolderError
 	var source *hf.SourceFolderError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &foreign):
-		return fmt.Errorf("--export-hf %s", foreign.Explain("give --overwrite"))
+		return fmt.Errorf("--%s %s", flag, foreign.Explain("give --overwrite"))
 	case errors.As(err, &source):
-		return fmt.Errorf("--export-hf %s is the folder of --init-hf %s: the export would replace the weights the run starts from; export to another folder",
-			source.Dir, source.From)
+		return fmt.Errorf("--%s %s is the folder of --%s %s: the export would replace what the run reads; export to another folder",
+			flag, source.Dir, sources[source.From], source.From)
 	}
-	return fmt.Errorf("--export-hf: %w", err)
+	return fmt.Errorf("--%s: %w", flag, err)
 }
 
 // sameFolder reports whether paths a and b name one folder: the same file when both exist

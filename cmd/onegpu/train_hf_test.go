@@ -64,13 +64,15 @@ func folderBytes(t *testing.T, dir string) map[string]string {
 // it trains (nothing printed, the folders unchanged): a DIR holding a user's model (naming its
 // files and --overwrite), BASE itself (by name, through a link or ".."), the --checkpoint
 // folder, a dangling link; BASE's tokenizer.json a folder, a named pipe or a link to /dev/zero
-// (copied after training); and --plot a dangling link.
+// (copied after training); --export-adapter a folder holding someone's adapter (naming
+// --overwrite), --init-adapter's folder or --init-hf's; and --plot a dangling link.
 func TestTrainExportChecksBeforeTraining(t *testing.T) {
 	t.Setenv(platform.EnvBackend, "")
 	t.Setenv(platform.EnvPlugin, "")
 	root := t.TempDir()
 	base := copyFolder(t, hfFixture, filepath.Join(root, "base"))
 	user := copyFolder(t, filepath.Join("..", "..", "hf", "testdata", "tied_bf16_sharded"), filepath.Join(root, "user"))
+	adapter := copyFolder(t, filepath.Join("..", "..", "hf", "testdata", "peft", "llama3_untied_lora"), filepath.Join(root, "adapter"))
 	if err := os.Symlink(base, filepath.Join(root, "link")); err != nil {
 		t.Skipf("no symbolic links here: %v", err)
 	}
@@ -103,7 +105,10 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 		{train(base, filepath.Join(root, "dangling")), "dangling is a symbolic link to " + filepath.Join(root, "nowhere") + ", which does not exist"},
 		{train(withTokenizer("folder", func(p string) error { return os.Mkdir(p, 0o755) }), out), "tokenizer.json is a folder, not a regular file"},
 		{train(base, out, "--plot", filepath.Join(root, "dangling")), "--plot " + filepath.Join(root, "dangling") + ": " + filepath.Join(root, "dangling") + " is a symbolic link to"},
-		{[]string{"--overwrite"}, "--overwrite does not apply: it needs --checkpoint DIR or --export-hf DIR"},
+		{[]string{"--overwrite"}, "--overwrite does not apply: it needs --checkpoint DIR, --export-hf DIR or --export-adapter DIR"},
+		{[]string{"--init-hf", base, "--steps", "1", "--lora", "rank=2", "--export-adapter", adapter}, "--export-adapter " + adapter + " holds files onegpu did not export (adapter_config.json, adapter_model.safetensors"},
+		{[]string{"--init-hf", base, "--steps", "1", "--init-adapter", adapter, "--export-adapter", adapter, "--overwrite"}, "--export-adapter " + adapter + " is the folder of --init-adapter " + adapter},
+		{[]string{"--init-hf", base, "--steps", "1", "--lora", "rank=2", "--export-adapter", base, "--overwrite"}, "--export-adapter " + base + " is the folder of --init-hf " + base},
 	}
 	if runtime.GOOS != "windows" {
 		cases = append(cases,
@@ -116,11 +121,11 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 				want string
 			}{train(withTokenizer("zero", func(p string) error { return os.Symlink("/dev/zero", p) }), out), "tokenizer.json is a symbolic link to /dev/zero, which is a device"})
 	}
-	userBefore, baseBefore := folderBytes(t, user), folderBytes(t, base)
+	userBefore, baseBefore, adapterBefore := folderBytes(t, user), folderBytes(t, base), folderBytes(t, adapter)
 	for _, c := range cases {
 		trainRefuses(t, c.args, c.want)
 	}
-	if !maps.Equal(folderBytes(t, user), userBefore) || !maps.Equal(folderBytes(t, base), baseBefore) {
+	if !maps.Equal(folderBytes(t, user), userBefore) || !maps.Equal(folderBytes(t, base), baseBefore) || !maps.Equal(folderBytes(t, adapter), adapterBefore) {
 		t.Errorf("a refused run changed the folders")
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
