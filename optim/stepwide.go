@@ -6,6 +6,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/ml/context"
+
+	"github.com/onegpu/onegpu/mixed"
 )
 
 // The chain split across programs. A host that updates a model a set of variables at a time
@@ -81,4 +83,30 @@ func (c *Chain) StepWide(ctx *context.Context, g *graph.Graph, finite, squares *
 		return clipFactor(squares, maxNorm)
 	}
 	return graph.ScalarOne(g, dtypes.Float32)
+}
+
+// Unscale is a gradient of a chain split across programs as the optimizer sees it before the
+// clip, in a graph: x (a sum over micro-batches of gradients of the loss times the loss scale)
+// divided by denominator, then by lossScale (float32 scalars), each rounded in x's dtype, as
+// GradientScaling.Of divides an element.
+func Unscale(x, denominator, lossScale *graph.Node) *graph.Node {
+	x = graph.Div(x, graph.ConvertDType(denominator, x.DType()))
+	return graph.Div(x, graph.ConvertDType(lossScale, x.DType()))
+}
+
+// GraphPartials is GradientScaling.Partials in a graph, for gradients that stay on the device that
+// computed them: whether every element of grads, unscaled (Unscale by denominator and lossScale),
+// is finite, and each gradient's float32 sum of the squares of those values, as ClipByGlobalNorm
+// sums them in one program.
+func GraphPartials(denominator, lossScale *graph.Node, grads []*graph.Node) (finite *graph.Node, squares []*graph.Node) {
+	unscaled := make([]*graph.Node, len(grads))
+	for i, x := range grads {
+		unscaled[i] = Unscale(x, denominator, lossScale)
+		squares = append(squares, graph.ReduceAllSum(graph.Square(graph.ConvertDType(unscaled[i], dtypes.Float32))))
+	}
+	finite = mixed.AllFinite(denominator.Graph(), unscaled...)
+	if finite == nil { // no floating-point gradient
+		finite = graph.Const(denominator.Graph(), true)
+	}
+	return finite, squares
 }

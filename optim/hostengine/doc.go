@@ -19,6 +19,10 @@
 // With the run's chain (Config.Chain: a loss scale, a global-norm clip), Begin's Step runs the
 // chain's step-wide part across the stages: Check each stage's gradients, Decide, Update, Finish.
 //
+// The same engine updates on the device where the variables live (Config.OnDevice: train's staged
+// step), the gradients' partial results computed there; blocks with the same variables share one
+// compiled update (StageLike: each binds its variables and state in the first block's place).
+//
 // BenchmarkBandwidth and BenchmarkUpdate (and `onegpu bench --grid host`) measure the host's memory
 // bandwidth and the parameters each optimizer updates per second next to the bound it sets.
 package hostengine

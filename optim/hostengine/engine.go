@@ -44,6 +44,11 @@ type Config struct {
 	// GraphUpdate runs the optimizer's graph update on Backend even where the optimizer has a flat
 	// loop (optim.FlatOptimizer: Adam, AdamW, 8-bit Adam), to compare the two.
 	GraphUpdate bool
+	// OnDevice says Backend is the device that computes the gradients and holds the variables
+	// (train's staged step): every stage runs the optimizer's graph update there (as GraphUpdate),
+	// and Step.Check computes the gradients' partial results there too, in a program, so that no
+	// gradient leaves the device.
+	OnDevice bool
 }
 
 // Engine runs an optimizer's update for sets of variables (Stage), one set at a time, on the host.
@@ -78,6 +83,8 @@ type Engine struct {
 	step    []float64
 	// begin reads the loss scale, decide runs the chain's step-wide part (Begin's steps).
 	begin, decide *context.Exec
+	// partials computes Step.Check's partial results on the backend (Config.OnDevice).
+	partials *graph.Exec
 }
 
 // New checks cfg and returns its Engine.
@@ -107,7 +114,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	e := &Engine{cfg: cfg, optimizer: opt, pending: map[*context.Variable]*tensors.Tensor{}}
-	if f, ok := opt.(optim.FlatOptimizer); ok && !cfg.GraphUpdate {
+	if f, ok := opt.(optim.FlatOptimizer); ok && !cfg.GraphUpdate && !cfg.OnDevice {
 		e.flat = f.Flat(cfg.Ctx)
 	}
 	return e, nil
@@ -130,6 +137,10 @@ type Stage struct {
 	params     *context.Exec
 	stepWide   []*context.Variable // the step-wide variables the graph update reads, in output order
 	paramBytes int64
+	// like is the stage whose graph update this one runs (StageLike), swap the variables bound in
+	// like's place for it: like's (the first) and this stage's, weights and optimizer state.
+	like *Stage
+	swap [][2]*context.Variable
 }
 
 // Stage returns the stage of vars: trainable variables of the engine's context, each in at most one
@@ -247,8 +258,11 @@ func (s *Stage) Update(grads []*tensors.Tensor, scaling Scaling) ([]*tensors.Ten
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
-	if s.flat {
+	switch {
+	case s.flat:
 		return s.updateFlat(grads, scaling)
+	case s.like != nil:
+		return s.updateLike(grads, scaling)
 	}
 	return s.updateGraph(grads, scaling)
 }
@@ -319,7 +333,10 @@ func (e *Engine) Close() {
 			exec.Finalize()
 		}
 	}
-	e.stages, e.scalars, e.begin, e.decide = nil, nil, nil, nil
+	if e.partials != nil {
+		e.partials.Finalize()
+	}
+	e.stages, e.scalars, e.begin, e.decide, e.partials = nil, nil, nil, nil, nil
 }
 
 // setPending records the step-wide variables' values after the step.

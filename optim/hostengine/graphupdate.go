@@ -65,8 +65,7 @@ func (s *Stage) updateFn(ctx *context.Context, inputs []*graph.Node) []*graph.No
 	for i, x := range grads {
 		// As the streamed step normalizes a sum, optim.LossScale unscales and optim.ClipByGlobalNorm
 		// clips: dividing and multiplying by 1 is exact, so an unscaled step is the plain optimizer's.
-		x = graph.Div(x, graph.ConvertDType(denominator, x.DType()))
-		x = graph.Div(x, graph.ConvertDType(lossScale, x.DType()))
+		x = optim.Unscale(x, denominator, lossScale)
 		scaled[i] = graph.Mul(x, graph.ConvertDType(clip, x.DType()))
 	}
 	s.e.optimizer.UpdateGraphWithGradients(ctx, scaled, dtypes.Float32)

@@ -78,7 +78,16 @@ func (st *Step) Check(s *Stage, grads []*tensors.Tensor) error {
 	if len(grads) != len(s.vars) {
 		return fmt.Errorf("hostengine: stage %q: %d gradients for %d variables", s.name, len(grads), len(s.vars))
 	}
-	finite, squares, err := st.scaling().Partials(grads)
+	var (
+		finite  bool
+		squares []float32
+		err     error
+	)
+	if st.e.cfg.OnDevice {
+		finite, squares, err = st.e.devicePartials(st.scaling(), grads)
+	} else {
+		finite, squares, err = st.scaling().Partials(grads)
+	}
 	if err != nil {
 		return fmt.Errorf("hostengine: stage %q: %w", s.name, err)
 	}

@@ -72,15 +72,18 @@ func chainOneProgram(t *testing.T, ctx *context.Context, chain *optim.Chain, sch
 // TestStepIsTheChain: an engine step through a chain (a dynamic loss scale starting at 2^10, and
 // optionally a global-norm clip that is active), over two stages, on gradients that are sums
 // over 8 rows, leaves every variable as the chain in one program does: bit for bit without the
-// clip (flat loops and graph updates), within 1e-5 relative with it: the engine sums the norm's
-// squares in float64, the graph in float32, which moves the clip factor by a few 1e-6. A step with a NaN gradient is skipped by both: nothing changes but the loss
+// clip (flat loops, graph updates, and graph updates on the device that holds the gradients,
+// which computes their partial results there: OnDevice), within 1e-5 relative with it: the engine
+// sums the norm's squares in float64 (on the device in float32, by gradient), the graph in
+// float32, which moves the clip factor by a few 1e-6. A step with a NaN gradient is skipped by both: nothing changes but the loss
 // scale (halved) and the skipped-steps counter.
 func TestStepIsTheChain(t *testing.T) {
 	schedule := optim.WarmupCosine(1e-4, 1e-2, 2, 10, 1e-3)
 	const steps, nanStep, denominator = 4, 2, 8
 	for _, clip := range []float64{0, 0.05} {
 		for name, opt := range testOptimizers {
-			for _, graphUpdate := range []bool{false, true} {
+			for _, mode := range []string{"flat", "graph", "device"} {
+				graphUpdate, device := mode != "flat", mode == "device"
 				newChain := func() *optim.Chain {
 					links := []optim.Transform{optim.LossScale(mixed.NewDynamicLossScale().Initial(1024))}
 					if clip > 0 {
@@ -96,7 +99,7 @@ func TestStepIsTheChain(t *testing.T) {
 				chainOneProgram(t, want, newChain(), schedule, steps, nanStep, denominator)
 
 				got := newTestContext()
-				engine, err := New(Config{Backend: testkit.Embedded(), Ctx: got, Chain: newChain(), Schedule: schedule, NoParams: true, GraphUpdate: graphUpdate})
+				engine, err := New(Config{Backend: testkit.Embedded(), Ctx: got, Chain: newChain(), Schedule: schedule, NoParams: true, GraphUpdate: graphUpdate, OnDevice: device})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,6 +107,9 @@ func TestStepIsTheChain(t *testing.T) {
 				skipped := 0
 				for step := range steps {
 					grads := chainGradients(got, step, 1024, denominator, nanStep)
+					if device {
+						grads = onDevice(t, testkit.Embedded(), grads)
+					}
 					st, err := engine.Begin(denominator)
 					if err != nil {
 						t.Fatal(err)
@@ -150,7 +156,7 @@ func TestStepIsTheChain(t *testing.T) {
 						continue // 8-bit codes: a moment near a rounding boundary may take the next code
 					}
 					if d := testkit.RelL2(testkit.Floats(g), testkit.Floats(w)); d > 1e-5 {
-						t.Errorf("%s clip %g (graph update %v): %s differs by %.2g (relative L2) from the chain's", name, clip, graphUpdate, v, d)
+						t.Errorf("%s clip %g (%s): %s differs by %.2g (relative L2) from the chain's", name, clip, mode, v, d)
 					}
 				}
 				if s := gotVars["/optim/skipped_steps"]; s == nil || s.Value().(int64) != int64(skipped) {
