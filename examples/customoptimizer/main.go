@@ -13,6 +13,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/shapes"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
+	"github.com/janpfeifer/must"
 
 	"github.com/onegpu/onegpu/accum"
 	"github.com/onegpu/onegpu/data"
@@ -66,18 +67,9 @@ func Setup() train.Config {
 }
 
 func main() {
-	backend := must(platform.NewBackend(""))
-	trainer := must(train.New(backend, Setup()))
-	batches := must(data.NewClassifierBatch(trainer.Config.Batch, 128, 10, 1))
-	h := must(trainer.Run(batches, train.RunOptions{Steps: 40, Progress: os.Stdout}))
+	backend := must.M1(platform.NewBackend(""))
+	trainer := must.M1(train.New(backend, Setup()))
+	batches := must.M1(data.NewClassifierBatch(trainer.Config.Batch, 128, 10, 1))
+	h := must.M1(trainer.Run(batches, train.RunOptions{Steps: 40, Progress: os.Stdout}))
 	fmt.Printf("loss %.4f -> %.4f with %s\n", h.Steps[0].Loss, h.Steps[len(h.Steps)-1].Loss, trainer.Config.Optimizer)
-}
-
-// must ends the program with err's message, or returns v.
-func must[T any](v T, err error) T {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "customoptimizer:", err)
-		os.Exit(1)
-	}
-	return v
 }

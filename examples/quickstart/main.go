@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/janpfeifer/must"
 
 	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/mixed"
@@ -27,22 +28,13 @@ func main() {
 
 // run trains the tiny GPT on the shipped text with the tutorial's techniques and 8-bit Adam.
 func run(steps int) *train.History {
-	backend := must(platform.NewBackend("")) // embedded, or XLA when $ONEGPU_PJRT_PLUGIN names a plugin
+	backend := must.M1(platform.NewBackend("")) // embedded, or XLA when $ONEGPU_PJRT_PLUGIN names a plugin
 	gpt := models.GPT{Config: models.Presets["tiny"]}
-	trainer := must(train.New(backend, train.Config{Model: gpt, Batch: 16, MicroBatches: 4, Seed: 42,
+	trainer := must.M1(train.New(backend, train.Config{Model: gpt, Batch: 16, MicroBatches: 4, Seed: 42,
 		Policy:    mixed.Policy{Param: dtypes.Float32, Compute: dtypes.BFloat16, Output: dtypes.Float32},
 		Remat:     train.Remat{Kinds: []string{"mlp", "attn"}},
 		Optimizer: optim.Adam8bit().Done(), Schedule: optim.Constant(3e-3)}))
 	defer trainer.Close()
-	text := must(data.NewText(data.Corpus, 16, gpt.Config.SeqLen, 42))
-	return must(trainer.Run(text, train.RunOptions{Steps: steps, Progress: os.Stderr}))
-}
-
-// must ends the program with err's message, or returns v.
-func must[T any](v T, err error) T {
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "quickstart:", err)
-		os.Exit(1)
-	}
-	return v
+	text := must.M1(data.NewText(data.Corpus, 16, gpt.Config.SeqLen, 42))
+	return must.M1(trainer.Run(text, train.RunOptions{Steps: steps, Progress: os.Stderr}))
 }
