@@ -80,6 +80,10 @@ type Mode struct {
 	// Stats returns a new zero value of the mode's statistics type, into which a History read
 	// back from JSON decodes them; nil for a mode that reports none.
 	Stats func() Stats
+	// Staged says the mode runs a Staged model a stage at a time: each of its programs holds one
+	// block of one micro-batch (Config.UnrolledBlocks counts 1), and its embedding stage takes the
+	// batch's tokens (no input embedding gathered on the host).
+	Staged bool
 }
 
 var (
@@ -172,6 +176,12 @@ func (c Config) checkOffload() error {
 		return nil
 	}
 	return m.Check(c)
+}
+
+// staged reports whether o names a mode that runs the model a stage at a time (Mode.Staged).
+func (o Offload) staged() bool {
+	m, err := modeOf(o)
+	return err == nil && m.Staged
 }
 
 // noBudget refuses a device budget in a mode that does not bound the device's memory.

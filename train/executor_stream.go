@@ -47,7 +47,7 @@ import (
 
 func init() {
 	RegisterMode(OffloadParams.String(), Mode{New: func(t *Trainer) Executor { return &streamExecutor{t: t} }, Check: Config.checkStreamed,
-		Stats: func() Stats { return &StreamStats{} }})
+		Stats: func() Stats { return &StreamStats{} }, Staged: true})
 }
 
 // StreamStats are the traffic of a streamed step and the time of each part.

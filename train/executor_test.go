@@ -77,7 +77,7 @@ func init() {
 // to JSON that reads back into its type. An unknown mode is refused by New, naming the modes.
 func TestRegisteredMode(t *testing.T) {
 	mode, err := train.ParseOffload("tally")
-	if err != nil || !strings.Contains(strings.Join(train.ModeNames(), " "), "none optimizer params tally") {
+	if err != nil || !strings.Contains(strings.Join(train.ModeNames(), " "), "none optimizer params staged tally") {
 		t.Fatalf("ParseOffload(tally) = %q, %v; modes %v", mode, err, train.ModeNames())
 	}
 	config := frozenConfig()

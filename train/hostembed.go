@@ -56,7 +56,7 @@ func (t *Trainer) EmbeddingOnHost() bool { return t.embedding().on }
 func (t *Trainer) embedsOnHost() (bool, shapes.Shape, error) {
 	m, ok := t.Config.Model.(Staged)
 	c := t.Config
-	if !ok || !c.LoRA.Active() || c.Offload == OffloadParams || c.Devices.Distributed() {
+	if !ok || !c.LoRA.Active() || c.Offload.staged() || c.Devices.Distributed() {
 		return false, shapes.Shape{}, nil
 	}
 	embedCtx := context.New()

@@ -59,8 +59,8 @@ func packedLlama(t *testing.T) train.Config {
 // TestPackedLossIsExactInMicroBatches: the tiny Llama on packed documents, whose sequences hold
 // different numbers of loss-carrying targets: its loss is the mean over the whole batch's
 // loss-carrying targets, the same with 1 or 4 micro-batches within 1e-6 (float32), and streamed
-// (--offload params, its block programs reading the segments and positions) within 1e-6 at the
-// first step and 1e-5 after.
+// (--offload params, its block programs reading the segments and positions) and staged (--offload
+// staged, the same programs) within 1e-6 at the first step and 1e-5 after.
 func TestPackedLossIsExactInMicroBatches(t *testing.T) {
 	const steps = 2
 	batches := packedTokens(t, 4)
@@ -101,6 +101,7 @@ func TestPackedLossIsExactInMicroBatches(t *testing.T) {
 	}{
 		{"4 micro-batches", func(c *train.Config) { c.MicroBatches = 4 }},
 		{"streamed, 2 micro-batches", func(c *train.Config) { c.MicroBatches, c.Offload = 2, train.OffloadParams }},
+		{"staged, 2 micro-batches", func(c *train.Config) { c.MicroBatches, c.Offload = 2, train.OffloadStaged }},
 	} {
 		got := losses(c.edit)
 		for i := range steps {

@@ -328,7 +328,7 @@ func freeAll(ts []*tensors.Tensor) {
 
 // setTemplate gives the template's j-th variable value (creating it, with src's scope and name,
 // on first use) and frees its previous value.
-func (s *streamExecutor) setTemplate(st *streamStage, j int, src *context.Variable, value *tensors.Tensor) error {
+func (s *stageLayout) setTemplate(st *streamStage, j int, src *context.Variable, value *tensors.Tensor) error {
 	if st.vars[j] == nil {
 		scope := src.Scope()
 		if st.name == "block" {

@@ -13,10 +13,10 @@ const MaxUnrolledBlocks = 256
 
 // UnrolledBlocks returns how many copies of the model's blocks c's train step holds: its
 // micro-batches times the model's layers (NumLayers, for a model that has the method: the GPT;
-// a model without it counts as one layer). A streamed step (OffloadParams) holds one: each of
-// its programs is one stage of one micro-batch.
+// a model without it counts as one layer). A step run a stage at a time (Mode.Staged: the
+// streamed and the staged modes) holds one: each of its programs is one stage of one micro-batch.
 func (c Config) UnrolledBlocks() int64 {
-	if c.Offload == OffloadParams {
+	if c.Offload.staged() {
 		return 1
 	}
 	layers := int64(1)

@@ -58,7 +58,8 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.Float64Var(&s.weightDecay, "weight-decay", 0, "decoupled weight decay of adamw, at least 0 (default: optax's 1e-4)")
 	fs.Float64Var(&s.clipNorm, "clip-norm", 0, "clip the gradients to this global L2 norm, positive (default: no clipping)")
 	fs.StringVar(&s.offload, "offload", "none", "offload: none, optimizer (the optimizer's state and update live in host memory, on the embedded backend; the device computes loss and gradients)\n"+
-		"or params (the float32 master weights, gradients and optimizer state live in host memory; the model streams through the device a block at a time: gpt and llama)")
+		"or params (the float32 master weights, gradients and optimizer state live in host memory; the model streams through the device a block at a time: gpt and llama)\n"+
+		"or staged (nothing offloaded: the step runs a stage at a time on the device, one program per kind of stage, so compile time does not grow with depth: gpt and llama)")
 	fs.Uint64Var(&s.seed, "seed", 42, "seed of the initial weights, dropout and data")
 	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the model's schedule (the tutorial's warm-up/exponential decay; constant for mlp), positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
