@@ -115,7 +115,7 @@ func TestRegisteredMode(t *testing.T) {
 		t.Errorf("read back from %s: %#v", text, back)
 	}
 	config.Offload = "nowhere"
-	if _, err := train.New(embedded(), config); err == nil || !strings.Contains(err.Error(), `unknown Config.Offload "nowhere": use none or optimizer or params or tally`) {
+	if _, err := train.New(embedded(), config); err == nil || !strings.Contains(err.Error(), `unknown Config.Offload "nowhere": use none or optimizer or params or staged or tally`) {
 		t.Errorf("an unknown mode: %v", err)
 	}
 }
