@@ -67,12 +67,9 @@ func Bars(c Chart, labels []string, bars ...Bar) ([]byte, error) {
 	p := c.plot()
 	width := vg.Points(min(40, 200/float64(len(labels)*len(bars))+6))
 	for i, b := range bars {
-		if len(b.Values) != len(labels) {
-			return nil, fmt.Errorf("figure: bars %q have %d values for %d labels", b.Name, len(b.Values), len(labels))
-		}
-		chart, err := plotter.NewBarChart(plotter.Values(b.Values), width)
+		chart, err := b.chart(labels, width)
 		if err != nil {
-			return nil, fmt.Errorf("figure: bars %q: %w", b.Name, err)
+			return nil, err
 		}
 		chart.Color = colorOf(i)
 		chart.LineStyle.Width = 0
@@ -85,6 +82,18 @@ func Bars(c Chart, labels []string, bars ...Bar) ([]byte, error) {
 	p.NominalX(labels...)
 	p.Y.Max *= 1.15 // room for the legend
 	return c.png(p)
+}
+
+// chart is b's bars of width, one per label.
+func (b Bar) chart(labels []string, width vg.Length) (*plotter.BarChart, error) {
+	if len(b.Values) != len(labels) {
+		return nil, fmt.Errorf("figure: bars %q have %d values for %d labels", b.Name, len(b.Values), len(labels))
+	}
+	chart, err := plotter.NewBarChart(plotter.Values(b.Values), width)
+	if err != nil {
+		return nil, fmt.Errorf("figure: bars %q: %w", b.Name, err)
+	}
+	return chart, nil
 }
 
 // Lines draws each series as a line (or as dots) and returns the chart as PNG.
