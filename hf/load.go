@@ -48,17 +48,53 @@ type Pretrained struct {
 // hold, is an error naming it before any variable changes; beyond the variables, loading holds
 // one 1 MiB chunk in Go memory (the files are memory-mapped where the platform allows). Give a
 // new context (context.New()) for a model of its own, or the context a trainer trains
-// (train.Trainer.SetWeights) to start a run from the weights.
+// (train.Trainer.SetWeights) to start a run from the weights. OpenWith takes the weights one at a
+// time instead (a Sink: a frozen base hashed and quantized as it is read).
 //
 //	p, err := hf.Open(context.New(), "Qwen2.5-0.5B", dtypes.Float32, 512)
 //	m := &train.Loaded{Model: p.Model.(train.Model), Policy: f32, Backend: backend, Ctx: p.Ctx}
 //	loss, metrics, err := m.Loss(batch)
 func Open(ctx *context.Context, dir string, param dtypes.DType, seq int) (*Pretrained, error) {
-	layout, err := ReadConfig(dir, seq)
+	return OpenWith(ctx, dir, Options{DType: param, Seq: seq})
+}
+
+// Options are how OpenWith reads a folder.
+type Options struct {
+	// DType is the dtype of the variables it creates and of the weights a Sink takes: float32,
+	// bfloat16, float16 or float64 (existing variables keep theirs).
+	DType dtypes.DType
+	// Seq is the sequence length the model is built for (0: DefaultSeqLen capped at the model's
+	// positions).
+	Seq int
+	// Sink, when set, receives the weights one at a time as they are read.
+	Sink Sink
+}
+
+// A Sink receives a folder's weights one at a time, in the order of their variables' full names
+// (Variable.ScopeAndName, in Go's string order), each in its variable's dtype: what a run does
+// with its base as it is loaded (hashes it, quantizes it) instead of after the whole model is in
+// memory. train.BaseWeights is one (train.Trainer.SetBase).
+type Sink interface {
+	// Takes reports whether the sink takes the weight name of scope, of shape, instead of a
+	// variable: it is read into a buffer that the next weight of its shape reuses, no variable is
+	// made of it, and Add keeps what it needs of it (such as its quantized parts).
+	Takes(scope *context.Context, name string, shape shapes.Shape) bool
+	// Add receives each weight once it is read: the variable's value once it is set, or the value
+	// alone of one it takes, valid until Add returns. An error stops the loading, leaving the
+	// weights before it loaded.
+	Add(scope *context.Context, name string, value *tensors.Tensor) error
+}
+
+// OpenWith is Open with its options: the variables' dtype, the sequence length, and a Sink that
+// receives the weights as they are read, so that a weight the sink takes (quantizes) never
+// exists as a variable and loading holds one of each shape it takes at a time. The checks are
+// Open's, made before any variable changes; an error of the sink stops the loading midway.
+func OpenWith(ctx *context.Context, dir string, o Options) (*Pretrained, error) {
+	layout, err := ReadConfig(dir, o.Seq)
 	if err != nil {
 		return nil, err
 	}
-	if err := loadWeights(ctx, dir, layout, param); err != nil {
+	if err := loadWeights(ctx, dir, layout, o); err != nil {
 		return nil, err
 	}
 	return &Pretrained{Dir: dir, Model: layout.Model(), Layout: layout, Ctx: ctx.Reuse()}, nil
@@ -71,14 +107,22 @@ type loadItem struct {
 	file     *safetensors.File
 	variable *context.Variable // nil: created
 	dtype    dtypes.DType
+	scope    *context.Context // the variable's scope and name
+	name     string
+	taken    bool // by the Sink: no variable
 }
+
+// path is the item's variable's full name (Variable.ScopeAndName).
+func (it loadItem) path() string { return context.JoinScope(it.scope.Scope(), it.name) }
 
 // loadWeights reads the weights of dir (model.safetensors, or the shards model.safetensors.index.json
 // names; float32, bfloat16, float16 or float64) into the variables of the model layout describes
 // under ctx's scope, by Hugging Face's names (Layout.Tensors, VariableOf). Variables that do not exist yet
-// are created in param dtype (float32, bfloat16, float16 or float64); existing ones keep their
+// are created in o.DType (float32, bfloat16, float16 or float64); existing ones keep their
 // dtype and shape and get the checkpoint's values. Values are rounded to nearest (ties to even)
-// when the dtypes differ.
+// when the dtypes differ. With o.Sink the tensors are read in the order of their variables' full
+// names, each given to the sink; one it takes is read into a buffer of its shape instead of a
+// variable.
 //
 // Everything is checked before any variable is touched: a tensor missing from the files, one the
 // model does not have (each named), a shape other than the config's (both shapes named) or a
@@ -88,10 +132,10 @@ type loadItem struct {
 //
 // Files are memory-mapped where the platform allows it and each tensor is converted straight into
 // its variable's tensor (by 1 MiB chunks when not mapped): beyond the variables themselves, loading
-// holds no more than one chunk in Go memory.
-func loadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.DType) error {
-	if _, ok := fileTypes[param]; !ok {
-		return fmt.Errorf("loading %s: param dtype %s is not a floating-point dtype (float32, bfloat16, float16 or float64)", dir, param)
+// holds no more than one chunk in Go memory, and the sink's buffers.
+func loadWeights(ctx *context.Context, dir string, layout Layout, o Options) error {
+	if _, ok := fileTypes[o.DType]; !ok {
+		return fmt.Errorf("loading %s: param dtype %s is not a floating-point dtype (float32, bfloat16, float16 or float64)", dir, o.DType)
 	}
 	w, err := openWeights(dir)
 	if err != nil {
@@ -101,23 +145,39 @@ func loadWeights(ctx *context.Context, dir string, layout Layout, param dtypes.D
 	if err := w.checkImplied(layout); err != nil {
 		return err
 	}
-	items, err := plan(ctx, w, layout, param)
+	items, err := plan(ctx, w, layout, o)
 	if err != nil {
 		return err
 	}
+	buffers := map[string]*tensors.Tensor{} // the sink's, by shape
 	for _, it := range items {
-		value, err := readTensor(it)
-		if err != nil {
+		var value *tensors.Tensor
+		if it.taken {
+			shape := shapes.Make(it.dtype, it.spec.Shape...)
+			if buffers[shape.String()] == nil {
+				buffers[shape.String()] = tensors.FromShape(shape)
+			}
+			value = buffers[shape.String()]
+		} else {
+			value = tensors.FromShape(shapes.Make(it.dtype, it.spec.Shape...))
+		}
+		if err := readTensor(it, value); err != nil {
 			return err
 		}
-		if it.variable != nil {
+		switch {
+		case it.taken:
+		case it.variable != nil:
 			if err := it.variable.SetValue(value); err != nil {
 				return fmt.Errorf("setting variable %s from %s: %w", it.variable.ScopeAndName(), it.spec.Name, err)
 			}
-			continue
+		default:
+			it.scope.Checked(false).VariableWithValue(it.name, value)
 		}
-		scope, name := VariableOf(ctx, it.spec.Name)
-		scope.Checked(false).VariableWithValue(name, value)
+		if o.Sink != nil {
+			if err := o.Sink.Add(it.scope, it.name, value); err != nil {
+				return fmt.Errorf("loading %s (%s): %w", it.spec.Name, it.path(), err)
+			}
+		}
 	}
 	return nil
 }
@@ -135,13 +195,13 @@ func CheckWeights(dir string, layout Layout) error {
 	if err := w.checkImplied(layout); err != nil {
 		return err
 	}
-	_, err = plan(context.New(), w, layout, dtypes.Float32)
+	_, err = plan(context.New(), w, layout, Options{DType: dtypes.Float32})
 	return err
 }
 
 // plan matches the checkpoint's tensors with the model's and checks every one before anything
-// is read.
-func plan(ctx *context.Context, w *weights, layout Layout, param dtypes.DType) ([]loadItem, error) {
+// is read; with o.Sink it orders them by their variables' full names and marks those it takes.
+func plan(ctx *context.Context, w *weights, layout Layout, o Options) ([]loadItem, error) {
 	specs, aliases := layout.Tensors(), layout.Aliases()
 	expected := map[string]bool{}
 	var items []loadItem
@@ -153,7 +213,14 @@ func plan(ctx *context.Context, w *weights, layout Layout, param dtypes.DType) (
 			missing = append(missing, spec.Name)
 			continue
 		}
-		it := loadItem{spec: spec, info: info, file: file, dtype: param, variable: lookupVariable(ctx, spec.Name)}
+		it := loadItem{spec: spec, info: info, file: file, dtype: o.DType, variable: lookupVariable(ctx, spec.Name)}
+		it.scope, it.name = VariableOf(ctx, spec.Name)
+		if o.Sink != nil && o.Sink.Takes(it.scope, it.name, shapes.Make(it.dtype, spec.Shape...)) {
+			it.taken = true
+			if it.variable != nil {
+				problems = append(problems, fmt.Sprintf("variable %s exists, and the weights' sink takes %s instead of a variable: load into a context without it", it.variable.ScopeAndName(), spec.Name))
+			}
+		}
 		if _, ok := variableTypes[info.DType]; !ok {
 			problems = append(problems, fmt.Sprintf("tensor %s in %s is %s: onegpu reads F32, BF16, F16 or F64 weights", spec.Name, file.Path(), info.DType))
 		}
@@ -192,6 +259,9 @@ func plan(ctx *context.Context, w *weights, layout Layout, param dtypes.DType) (
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("checkpoint %s does not fit the model (nothing was loaded):\n  %s", where, strings.Join(problems, "\n  "))
+	}
+	if o.Sink != nil {
+		slices.SortFunc(items, func(a, b loadItem) int { return strings.Compare(a.path(), b.path()) })
 	}
 	return items, nil
 }
@@ -236,9 +306,8 @@ func sameTensor(w *weights, a, b string) error {
 	return nil
 }
 
-// readTensor converts one checkpoint tensor into a new tensor of the item's dtype.
-func readTensor(it loadItem) (*tensors.Tensor, error) {
-	value := tensors.FromShape(shapes.Make(it.dtype, it.spec.Shape...))
+// readTensor converts one checkpoint tensor into value, a tensor of the item's dtype and shape.
+func readTensor(it loadItem, value *tensors.Tensor) error {
 	to := fileTypes[it.dtype]
 	var convErr error
 	err := value.MutableBytes(func(dst []byte) {
@@ -256,7 +325,7 @@ func readTensor(it loadItem) (*tensors.Tensor, error) {
 		err = convErr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading %s from %s: %w", it.spec.Name, filepath.Base(it.file.Path()), err)
+		return fmt.Errorf("reading %s from %s: %w", it.spec.Name, filepath.Base(it.file.Path()), err)
 	}
-	return value, nil
+	return nil
 }

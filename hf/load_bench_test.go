@@ -1,11 +1,6 @@
 package hf_test
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"io"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -14,7 +9,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/hf"
-	"github.com/onegpu/onegpu/hf/safetensors"
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/models"
 )
 
@@ -50,40 +45,15 @@ func BenchmarkLoad(b *testing.B) {
 // writeRandomCheckpoint writes a bfloat16 model.safetensors and config.json for c, streaming.
 func writeRandomCheckpoint(tb testing.TB, dir string, c models.LlamaConfig) {
 	tb.Helper()
-	r := rand.New(rand.NewPCG(1, 1))
 	layout, err := hf.Describe(models.Llama{Config: c})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var ts []safetensors.Tensor
+	var specs []testkit.RandomTensor
 	for _, spec := range layout.Tensors() {
-		n := 1
-		for _, d := range spec.Shape {
-			n *= d
-		}
-		ts = append(ts, safetensors.Tensor{Name: spec.Name, DType: safetensors.BF16, Shape: spec.Shape, Data: func(w io.Writer) error {
-			buf := make([]byte, 2*1024)
-			for left := n; left > 0; left -= len(buf) / 2 {
-				k := min(left, len(buf)/2)
-				for i := range k {
-					binary.LittleEndian.PutUint16(buf[2*i:], uint16(r.IntN(2)<<15|0x3c00|r.IntN(0x100))) // ±[2^-7, 2^-6)
-				}
-				if _, err := w.Write(buf[:2*k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}})
+		specs = append(specs, testkit.RandomTensor{Name: spec.Name, Shape: spec.Shape})
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
-		tb.Fatal(err)
-	}
-	config, _ := json.Marshal(map[string]any{"model_type": "llama", "vocab_size": c.Vocab, "hidden_size": c.Hidden,
-		"intermediate_size": c.Intermediate, "num_hidden_layers": c.Layers, "num_attention_heads": c.Heads,
-		"num_key_value_heads": c.KVHeads, "max_position_embeddings": c.MaxPositions})
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), config, 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	testkit.WriteRandomHF(tb, dir, specs, layout.Config())
 }
 
 // BenchmarkExport writes the same 14.2M-parameter model (float32 variables) as a bfloat16

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/hf/safetensors"
@@ -302,8 +304,8 @@ func LoadAdapter(ctx *context.Context, dir string, layout Layout, param dtypes.D
 		return layers.LoRA{}, fmt.Errorf("adapter %s does not fit the model (nothing was loaded):\n  %s", dir, strings.Join(problems, "\n  "))
 	}
 	for _, it := range items {
-		value, err := readTensor(it)
-		if err != nil {
+		value := tensors.FromShape(shapes.Make(it.dtype, it.spec.Shape...))
+		if err := readTensor(it, value); err != nil {
 			return layers.LoRA{}, err
 		}
 		if it.variable != nil {

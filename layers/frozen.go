@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/gomlx/gomlx/pkg/core/graph"
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 	"github.com/gomlx/gomlx/pkg/ml/context/initializers"
 
@@ -88,13 +90,9 @@ func quantizedWeight(ctx *context.Context, g *graph.Graph, in, features int, c q
 // and before its step is built. It returns the number of weights quantized; a targeted weight
 // without a value is an error.
 func QuantizeWeights(ctx *context.Context, l LoRA) (int, error) {
-	if l.Quantize.Format == "" {
-		return 0, nil
-	}
 	var weights []*context.Variable
 	for v := range ctx.IterVariables() {
-		scope := ctx.InAbsPath(v.Scope())
-		if v.Name() == "weight" && l.Targeted(lastScope(scope)) && v.Shape().Rank() == 2 {
+		if l.Quantizes(ctx.InAbsPath(v.Scope()), v.Name(), v.Shape()) {
 			weights = append(weights, v)
 		}
 	}
@@ -103,26 +101,70 @@ func QuantizeWeights(ctx *context.Context, l LoRA) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
 		}
-		q, err := quant.QuantizeTensor(l.Quantize, value)
-		if err != nil {
+		if err := QuantizeWeight(ctx.InAbsPath(v.Scope()), value, l.Quantize); err != nil {
 			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
-		}
-		scope := ctx.InAbsPath(v.Scope()).In(QuantizedScope).Checked(false)
-		for i, p := range q.Parts() {
-			value := q.Tensors()[i]
-			part := scope.InspectVariableInScope(p.Name)
-			if part == nil {
-				part = scope.VariableWithValue(p.Name, value)
-			} else if !part.Shape().Equal(p.Shape) {
-				return 0, fmt.Errorf("quantizing %s: its %s part exists as %s, want %s", v.ScopeAndName(), p.Name, part.Shape(), p.Shape)
-			} else if err := part.SetValue(value); err != nil {
-				return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
-			}
-			analysis.FreezeVariable(ctx, part)
 		}
 		if err := ctx.DeleteVariable(v.Scope(), v.Name()); err != nil {
 			return 0, fmt.Errorf("quantizing %s: %w", v.ScopeAndName(), err)
 		}
 	}
 	return len(weights), nil
+}
+
+// Quantizes reports whether l stores the variable name of scope quantized: the weight of a
+// projection it targets, under l.Quantize.
+func (l LoRA) Quantizes(scope *context.Context, name string, shape shapes.Shape) bool {
+	return l.Quantize.Format != "" && name == "weight" && shape.Rank() == 2 && l.Targeted(lastScope(scope))
+}
+
+// QuantizingSink quantizes a base's weights as they are loaded (an hf.Sink: hf.OpenWith(ctx, dir,
+// hf.Options{..., Sink: layers.QuantizingSink{lora}})): the float weight of each projection the
+// LoRA quantizes is read into a buffer, stored as its quantized parts (QuantizeWeight) and never
+// made a variable; the other weights load as they are. The model's variables are then those of
+// loading it whole and calling QuantizeWeights, bit for bit, without the whole float base in
+// memory.
+type QuantizingSink struct {
+	LoRA LoRA
+}
+
+// Takes reports whether the sink takes the weight (LoRA.Quantizes).
+func (q QuantizingSink) Takes(scope *context.Context, name string, shape shapes.Shape) bool {
+	return q.LoRA.Quantizes(scope, name, shape)
+}
+
+// Add quantizes a weight the sink takes into its parts in scope; it does nothing to the others.
+func (q QuantizingSink) Add(scope *context.Context, name string, value *tensors.Tensor) error {
+	if !q.Takes(scope, name, value.Shape()) {
+		return nil
+	}
+	if err := QuantizeWeight(scope, value, q.LoRA.Quantize); err != nil {
+		return fmt.Errorf("quantizing %s: %w", context.JoinScope(scope.Scope(), name), err)
+	}
+	return nil
+}
+
+// QuantizeWeight stores value, the float weight of the projection in scope, as its quantized parts
+// (c's code, quantized on the host: quant.QuantizeTensor) in scope's QuantizedScope, frozen: the
+// variables a QLoRA step reads in place of the weight. A part that exists gets the new value
+// (its shape must be the layout's). The caller drops the float weight (QuantizeWeights deletes
+// its variable; a base quantized as it is loaded never makes one).
+func QuantizeWeight(scope *context.Context, value *tensors.Tensor, c quant.Config) error {
+	q, err := quant.QuantizeTensor(c, value)
+	if err != nil {
+		return err
+	}
+	parts, values := scope.In(QuantizedScope).Checked(false), q.Tensors()
+	for i, p := range q.Parts() {
+		value := values[i]
+		part := parts.InspectVariableInScope(p.Name)
+		if part == nil {
+			part = parts.VariableWithValue(p.Name, value)
+		} else if !part.Shape().Equal(p.Shape) {
+			return fmt.Errorf("its %s part exists as %s, want %s", p.Name, part.Shape(), p.Shape)
+		} else if err := part.SetValue(value); err != nil {
+			return err
+		}
+		analysis.FreezeVariable(scope, part)
+	}
+	return nil
 }

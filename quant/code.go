@@ -23,6 +23,15 @@ func newCode(levels []float32) code {
 // midpoints below it.
 func (c code) index(scaled float32) uint8 {
 	m := c.midpoints
+	if len(m) == 15 {
+		// NF4: a count without branches (a binary search's four unpredictable branches cost
+		// more than fifteen comparisons).
+		var n uint8
+		for _, x := range m[:15] {
+			n += b2u(x < scaled)
+		}
+		return n
+	}
 	lo, hi := 0, len(m)
 	for lo < hi {
 		h := int(uint(lo+hi) >> 1)
@@ -33,6 +42,15 @@ func (c code) index(scaled float32) uint8 {
 		}
 	}
 	return uint8(lo)
+}
+
+// b2u is 1 for true and 0 for false (compiled to a flag set, not a branch).
+func b2u(b bool) uint8 {
+	var u uint8
+	if b {
+		u = 1
+	}
+	return u
 }
 
 // NF4Levels are the 16 levels of 4-bit NormalFloat (Dettmers et al. 2023, "QLoRA"): quantiles of

@@ -1,13 +1,16 @@
 package quant
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/dtypes/bfloat16"
 	"github.com/gomlx/gomlx/pkg/core/tensors"
+	"github.com/x448/float16"
 )
 
 // TestBytesPerParameter: the storage by arithmetic (QLoRA: 4 bits, plus 8 bits and 32/256 bits
@@ -78,29 +81,51 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestQuantizeTensor: a bfloat16 tensor quantizes as its exact float32 values do.
+// TestQuantizeTensor: a bfloat16, float16 or float64 tensor quantizes as its float32 values do,
+// also one of several chunks of blocks a worker with a partial last block; a NaN in it is named
+// at its flat index.
 func TestQuantizeTensor(t *testing.T) {
-	x := normalValues(5, 6*64, 0.1)
-	b := make([]bfloat16.BFloat16, len(x))
-	exact := make([]float32, len(x))
-	for i, v := range x {
-		b[i] = bfloat16Nearest(v)
-		exact[i] = b[i].Float32()
-	}
-	q, err := QuantizeTensor(QLoRA(), tensors.FromFlatDataAndDimensions(b, 6, 64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := Quantize(QLoRA(), exact, 6, 64)
-	if string(q.Codes) != string(want.Codes) || string(q.ScaleCodes) != string(want.ScaleCodes) || q.Dims[1] != 64 {
-		t.Errorf("a bfloat16 tensor quantized differently from its float32 values")
-	}
-	for i, p := range q.Parts() {
-		if got := q.Tensors()[i].Shape(); !got.Equal(p.Shape) {
-			t.Errorf("part %s is %s, want %s", p.Name, got, p.Shape)
+	for _, dims := range [][]int{{6, 64}, {2051, 97}} {
+		n := dims[0] * dims[1]
+		x := normalValues(5, n, 0.1)
+		b := make([]bfloat16.BFloat16, n)
+		h := make([]float16.Float16, n)
+		d := make([]float64, n)
+		exact := make([]float32, n)
+		for i, v := range x {
+			b[i] = bfloat16Nearest(v)
+			exact[i] = b[i].Float32()
+			h[i] = float16.Fromfloat32(exact[i])
+			d[i] = float64(exact[i]) // bfloat16 values are exact in float16 at this scale, and in float64
 		}
-	}
-	if q.Parts()[0].Shape.DType != dtypes.Uint8 {
-		t.Errorf("codes are %s", q.Parts()[0].Shape.DType)
+		want, _ := Quantize(QLoRA(), exact, dims...)
+		for name, x := range map[string]*tensors.Tensor{
+			"bfloat16": tensors.FromFlatDataAndDimensions(b, dims...),
+			"float16":  tensors.FromFlatDataAndDimensions(h, dims...),
+			"float64":  tensors.FromFlatDataAndDimensions(d, dims...),
+			"float32":  tensors.FromFlatDataAndDimensions(exact, dims...),
+		} {
+			q, err := QuantizeTensor(QLoRA(), x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(q.Codes) != string(want.Codes) || string(q.ScaleCodes) != string(want.ScaleCodes) ||
+				!slices.Equal(q.ScaleScales, want.ScaleScales) || q.ScaleOffset != want.ScaleOffset || !slices.Equal(q.Dims, dims) {
+				t.Errorf("%v %s: quantized differently from its float32 values", dims, name)
+			}
+			for i, p := range q.Parts() {
+				if got := q.Tensors()[i].Shape(); !got.Equal(p.Shape) {
+					t.Errorf("part %s is %s, want %s", p.Name, got, p.Shape)
+				}
+			}
+			if q.Parts()[0].Shape.DType != dtypes.Uint8 {
+				t.Errorf("codes are %s", q.Parts()[0].Shape.DType)
+			}
+		}
+		b[n-3] = bfloat16.FromFloat32(float32(math.NaN()))
+		if _, err := QuantizeTensor(QLoRA(), tensors.FromFlatDataAndDimensions(b, dims...)); err == nil ||
+			!strings.Contains(err.Error(), fmt.Sprintf("(NaN at flat index %d)", n-3)) {
+			t.Errorf("%v: a NaN at %d: %v", dims, n-3, err)
+		}
 	}
 }

@@ -44,23 +44,43 @@ func Quantize(c Config, values []float32, dims ...int) (*Tensor, error) {
 	if len(values) != l.Size() {
 		return nil, fmt.Errorf("quant: %d values for dimensions %v (%d elements)", len(values), dims, l.Size())
 	}
+	return quantize(l, func(first, end int, _ []float32) []float32 { return values[first:end] })
+}
+
+// chunkBlocks is how many blocks a worker reads at a time from a source that is not float32: its
+// buffer (chunkBlocks·BlockSize float32s) is all the float32 copy a quantization makes.
+const chunkBlocks = 1024
+
+// quantize codes the values read returns with l. read(first, end, buf) returns the values of flat
+// indices [first, end): a view of the source, or buf (room for chunkBlocks blocks) filled with them.
+func quantize(l Layout, read func(first, end int, buf []float32) []float32) (*Tensor, error) {
 	t := &Tensor{Layout: l, Codes: make([]uint8, l.Parts()[0].Shape.Size())}
 	scales := make([]float32, l.NumBlocks())
-	bad := make(chan int, 1)
-	parallelRange(l.NumBlocks(), func(first, end int) {
-		for b := first; b < end; b++ {
-			if i, ok := t.codeBlock(values, scales, b); !ok {
-				select {
-				case bad <- i:
-				default:
+	type bad struct {
+		index int
+		value float32
+	}
+	bads := make(chan bad, 1)
+	parallelRange(l.NumBlocks(), func(firstBlock, endBlock int) {
+		buf := make([]float32, min(chunkBlocks, endBlock-firstBlock)*l.BlockSize)
+		for b0 := firstBlock; b0 < endBlock; b0 += chunkBlocks {
+			b1 := min(b0+chunkBlocks, endBlock)
+			values := read(b0*l.BlockSize, min(b1*l.BlockSize, l.Size()), buf)
+			for b := b0; b < b1; b++ {
+				block := values[(b-b0)*l.BlockSize : min((b-b0+1)*l.BlockSize, len(values))]
+				if i, ok := t.codeBlock(block, scales, b); !ok {
+					select {
+					case bads <- bad{b*l.BlockSize + i, block[i]}:
+					default:
+					}
+					return
 				}
-				return
 			}
 		}
 	})
 	select {
-	case i := <-bad:
-		return nil, fmt.Errorf("quant: cannot quantize a tensor with a non-finite value (%g at flat index %d)", values[i], i)
+	case e := <-bads:
+		return nil, fmt.Errorf("quant: cannot quantize a tensor with a non-finite value (%g at flat index %d)", e.value, e.index)
 	default:
 	}
 	if !l.DoubleQuant {
@@ -71,15 +91,14 @@ func Quantize(c Config, values []float32, dims ...int) (*Tensor, error) {
 	return t, nil
 }
 
-// codeBlock codes block b of values into t.Codes and its scale into scales[b]; it returns the
-// index of a non-finite value and false if there is one.
-func (t *Tensor) codeBlock(values, scales []float32, b int) (int, bool) {
+// codeBlock codes block b, whose values are block (the last one may be short), into t.Codes and
+// its scale into scales[b]; it returns the index in block of a non-finite value and false if
+// there is one.
+func (t *Tensor) codeBlock(block, scales []float32, b int) (int, bool) {
 	bs := t.BlockSize
 	first := b * bs
-	end := min(first+bs, len(values))
 	var scale float32
-	for i := first; i < end; i++ {
-		v := values[i]
+	for i, v := range block {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return i, false
 		}
@@ -95,8 +114,8 @@ func (t *Tensor) codeBlock(values, scales []float32, b int) (int, bool) {
 	zero := c.index(0) // the padding's code
 	for j := range bs {
 		q := zero
-		if i := first + j; i < end {
-			q = c.index(min(max(values[i]*inverse, -1), 1))
+		if j < len(block) {
+			q = c.index(min(max(block[j]*inverse, -1), 1))
 		}
 		if t.Format != NF4 {
 			codes[j] = q
@@ -185,13 +204,47 @@ func (t *Tensor) Tensors() []*tensors.Tensor {
 }
 
 // QuantizeTensor quantizes a float tensor (float32, bfloat16 or float16 exactly; float64 rounded
-// to float32 first, as bitsandbytes computes in float32) with c, keeping its dimensions.
-func QuantizeTensor(c Config, x *tensors.Tensor) (*Tensor, error) {
-	values, err := Float32Values(x)
+// to float32 first, as bitsandbytes computes in float32) with c, keeping its dimensions. It reads
+// the tensor in place: beyond the codes it holds a float32 copy of a few blocks a worker, not of
+// the tensor.
+func QuantizeTensor(c Config, x *tensors.Tensor) (q *Tensor, err error) {
+	l, err := NewLayout(c, x.Shape().Dimensions...)
 	if err != nil {
-		return nil, fmt.Errorf("quant: cannot quantize: %w", err)
+		return nil, err
 	}
-	return Quantize(c, values, x.Shape().Dimensions...)
+	x.MustConstFlatData(func(flat any) {
+		var read func(first, end int, buf []float32) []float32
+		switch f := flat.(type) {
+		case []float32:
+			read = func(first, end int, _ []float32) []float32 { return f[first:end] }
+		case []float64:
+			read = func(first, end int, buf []float32) []float32 {
+				for i, v := range f[first:end] {
+					buf[i] = float32(v)
+				}
+				return buf[:end-first]
+			}
+		case []bfloat16.BFloat16:
+			read = func(first, end int, buf []float32) []float32 {
+				for i, v := range f[first:end] {
+					buf[i] = v.Float32()
+				}
+				return buf[:end-first]
+			}
+		case []float16.Float16:
+			read = func(first, end int, buf []float32) []float32 {
+				for i, v := range f[first:end] {
+					buf[i] = v.Float32()
+				}
+				return buf[:end-first]
+			}
+		default:
+			err = fmt.Errorf("quant: cannot quantize: a %s tensor is not float32, bfloat16, float16 or float64", x.DType())
+			return
+		}
+		q, err = quantize(l, read)
+	})
+	return q, err
 }
 
 // Float32Values returns a float tensor's values as float32, row-major (float64 rounded, 16-bit

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gomlx/gomlx/pkg/core/shapes"
+	"github.com/gomlx/gomlx/pkg/core/tensors"
 	"github.com/gomlx/gomlx/pkg/ml/context"
 
 	"github.com/onegpu/onegpu/analysis"
@@ -77,11 +79,16 @@ func (t *Trainer) prepareBase() error {
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("Config.LoRA.Quantize: the model has no weight of the targets %s to quantize", strings.Join(lora.Resolved().Targets, ", "))
+			return nothingQuantized(lora)
 		}
 	}
 	t.base = &base{sha256: sum, from: from}
 	return nil
+}
+
+// nothingQuantized is the error of a QLoRA run whose base has no weight of its targets.
+func nothingQuantized(lora layers.LoRA) error {
+	return fmt.Errorf("Config.LoRA.Quantize: the model has no weight of the targets %s to quantize", strings.Join(lora.Resolved().Targets, ", "))
 }
 
 // hasWeights reports whether the context holds any of the model's weights with a value.
@@ -104,7 +111,8 @@ const baseVersion = "onegpu base v1"
 // not an adapter, in the order of their names, each as its name, dtype and dimensions on a line
 // and then its bytes (little-endian, as a checkpoint stores them). A base's hash is that of the
 // weights as the run holds them before quantization: the same Hugging Face folder in the same
-// dtype, or the same seed, gives the same hash.
+// dtype, or the same seed, gives the same hash, whether the base was hashed whole or as it was
+// loaded (SetBase: the same bytes in the same order).
 func baseSHA256(ctx *context.Context) (string, error) {
 	byName := map[string]*context.Variable{}
 	for v := range ctx.IterVariables() {
@@ -112,22 +120,93 @@ func baseSHA256(ctx *context.Context) (string, error) {
 			byName[v.ScopeAndName()] = v
 		}
 	}
-	h := sha256.New()
-	fmt.Fprintln(h, baseVersion)
+	h := newBaseHash()
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		if err := hashVariable(h, name, byName[name]); err != nil {
-			return "", fmt.Errorf("hashing the base: %w", err)
+		value, err := byName[name].Value()
+		if err == nil {
+			err = h.add(name, value)
+		}
+		if err != nil {
+			return "", fmt.Errorf("hashing the base: %s: %w", name, err)
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return h.sum(), nil
 }
 
-// hashVariable writes v's name, shape and bytes to h.
-func hashVariable(h hash.Hash, name string, v *context.Variable) error {
-	value, err := v.Value()
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+// baseHash computes baseSHA256 one weight at a time, in the order of their names.
+type baseHash struct {
+	h    hash.Hash
+	last string // the name of the weight added last
+	n    int    // weights added
+}
+
+func newBaseHash() *baseHash {
+	h := &baseHash{h: sha256.New()}
+	fmt.Fprintln(h.h, baseVersion)
+	return h
+}
+
+// add hashes the weight name's value: its name, dtype and dimensions on a line, then its bytes.
+// Names must come in increasing order (the hash's definition).
+func (b *baseHash) add(name string, value *tensors.Tensor) error {
+	if b.n > 0 && name <= b.last {
+		return fmt.Errorf("weight %s comes after %s: the base is hashed in the order of its weights' names", name, b.last)
 	}
-	fmt.Fprintf(h, "%s %s %v\n", name, v.Shape().DType, v.Shape().Dimensions)
-	return value.ConstBytes(func(b []byte) { h.Write(b) })
+	b.last, b.n = name, b.n+1
+	fmt.Fprintf(b.h, "%s %s %v\n", name, value.Shape().DType, value.Shape().Dimensions)
+	return value.ConstBytes(func(bytes []byte) { b.h.Write(bytes) })
+}
+
+func (b *baseHash) sum() string { return hex.EncodeToString(b.h.Sum(nil)) }
+
+// BaseSHA256 is the SHA-256 of a LoRA run's frozen base that its checkpoints record (of its
+// weights before quantization, in the order of their names), once the base is made (by SetBase,
+// Initialize, Run or the first Step); "" before and without LoRA.
+func (t *Trainer) BaseSHA256() string {
+	if t.base == nil {
+		return ""
+	}
+	return t.base.sha256
+}
+
+// BaseWeights takes a LoRA run's frozen base one weight at a time as it is loaded (SetBase): it
+// hashes each into the base's SHA-256 and quantizes the weights the run stores quantized, so that
+// the base is never in memory whole in full precision (a 70B's bfloat16 weights are 141 GB; their
+// NF4 codes 36 GB). It is an hf.Sink: hf.OpenWith(ctx, dir, hf.Options{..., Sink: b}).
+type BaseWeights struct {
+	quantize layers.QuantizingSink
+	hash     *baseHash
+	added    map[string]bool // the weights added, by full name (Variable.ScopeAndName)
+	parts    map[string]bool // the quantized parts made, by full name
+	taken    int             // the weights quantized
+}
+
+// Takes reports whether the run stores the weight name of scope quantized (a targeted
+// projection's, under LoRA.Quantize): its value goes to Add alone, and no float variable is made
+// of it.
+func (b *BaseWeights) Takes(scope *context.Context, name string, shape shapes.Shape) bool {
+	return b.quantize.Takes(scope, name, shape)
+}
+
+// Add takes the next weight of the base, name in scope, in the order of the weights' full names:
+// it hashes value into the base's SHA-256 and, for a weight Takes takes, stores its quantized
+// parts in scope (layers.QuantizingSink). A weight out of order is an error (the hash is defined
+// in name order), as is one that cannot be quantized (a non-finite value).
+func (b *BaseWeights) Add(scope *context.Context, name string, value *tensors.Tensor) error {
+	path := context.JoinScope(scope.Scope(), name)
+	if err := b.hash.add(path, value); err != nil {
+		return err
+	}
+	b.added[path] = true
+	if !b.Takes(scope, name, value.Shape()) {
+		return nil
+	}
+	if err := b.quantize.Add(scope, name, value); err != nil {
+		return err
+	}
+	for v := range scope.In(layers.QuantizedScope).IterVariablesInScope() {
+		b.parts[v.ScopeAndName()] = true
+	}
+	b.taken++
+	return nil
 }

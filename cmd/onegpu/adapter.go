@@ -185,10 +185,31 @@ func (a *adapterOnBase) check() error {
 	return nil
 }
 
-// apply reads --adapter onto p's model (its variables in param's dtype) and quantizes the adapted
-// base weights for --quantize-base; it returns the adapters, for the graphs' settings (none
+// options are hf.OpenWith's options for the folder --adapter applies to, in param's dtype at
+// sequence length seq: under --quantize-base the adapted base weights are quantized as they are
+// read (layers.QuantizingSink), as a QLoRA run trained them, and never held whole in float.
+func (a *adapterOnBase) options(param dtypes.DType, seq int) (hf.Options, error) {
+	o := hf.Options{DType: param, Seq: seq}
+	if a.dir == "" || a.quantizeBase == "" {
+		return o, nil
+	}
+	lora, _, err := hf.ReadAdapterConfig(a.dir)
+	if err != nil {
+		return o, fmt.Errorf("--adapter: %w", err)
+	}
+	format, err := quant.ParseFormat(a.quantizeBase)
+	if err != nil {
+		return o, fmt.Errorf("--quantize-base: %w", err)
+	}
+	lora.Quantize = quant.Default(format)
+	o.Sink = layers.QuantizingSink{LoRA: lora}
+	return o, nil
+}
+
+// apply reads --adapter onto p's model (its variables in param's dtype; opened with options'
+// sink); it returns the adapters, with the base's quantization, for the graphs' settings (none
 // without --adapter).
-func (a *adapterOnBase) apply(p *hf.Pretrained, param dtypes.DType) (layers.LoRA, error) {
+func (a *adapterOnBase) apply(p *hf.Pretrained, param dtypes.DType, o hf.Options) (layers.LoRA, error) {
 	if a.dir == "" {
 		return layers.LoRA{}, nil
 	}
@@ -196,15 +217,8 @@ func (a *adapterOnBase) apply(p *hf.Pretrained, param dtypes.DType) (layers.LoRA
 	if err != nil {
 		return lora, fmt.Errorf("--adapter: %w", err)
 	}
-	if a.quantizeBase != "" {
-		format, err := quant.ParseFormat(a.quantizeBase)
-		if err != nil {
-			return lora, fmt.Errorf("--quantize-base: %w", err)
-		}
-		lora.Quantize = quant.Default(format)
-		if _, err := layers.QuantizeWeights(p.Ctx, lora); err != nil {
-			return lora, fmt.Errorf("--quantize-base: %w", err)
-		}
+	if q, ok := o.Sink.(layers.QuantizingSink); ok {
+		lora.Quantize = q.LoRA.Quantize
 	}
 	return lora, nil
 }

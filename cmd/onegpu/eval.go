@@ -131,13 +131,17 @@ func runEval(args []string, w io.Writer) (err error) {
 	if err := policy.Validate(backend); err != nil {
 		return err
 	}
-	p, err := hf.Open(context.New(), *dir, policy.Param, ids.Length()-1)
+	options, err := adapter.options(policy.Param, ids.Length()-1)
+	if err != nil {
+		return err
+	}
+	p, err := hf.OpenWith(context.New(), *dir, options)
 	if err != nil {
 		return fmt.Errorf("--tokens %s: sequences of %d tokens: %w", *tokensFile, ids.Length(), err)
 	}
 	m := p.Model.(train.Model)
 	settings := train.Settings{Policy: policy, Attention: attention, CrossEntropy: crossEntropy}
-	if settings.LoRA, err = adapter.apply(p, policy.Param); err != nil {
+	if settings.LoRA, err = adapter.apply(p, policy.Param, options); err != nil {
 		return err
 	}
 	// p.Ctx is in Reuse mode: a variable the folder lacks is an error, not a fresh random weight.

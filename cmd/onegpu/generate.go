@@ -329,12 +329,16 @@ func (f *generateFlags) openModel(backend backends.Backend, prompt []int32, o in
 	if err := infer.Check(model, prompt, o); err != nil {
 		return nil, policy, errors.New(flagWords.Replace(err.Error()))
 	}
-	p, err := hf.Open(context.New(), f.hfDir, policy.Param, 0)
+	options, err := f.adapter.options(policy.Param, 0)
+	if err != nil {
+		return nil, policy, err
+	}
+	p, err := hf.OpenWith(context.New(), f.hfDir, options)
 	if err != nil {
 		return nil, policy, err
 	}
 	settings := train.Settings{Policy: policy}
-	if settings.LoRA, err = f.adapter.apply(p, policy.Param); err != nil {
+	if settings.LoRA, err = f.adapter.apply(p, policy.Param, options); err != nil {
 		return nil, policy, err
 	}
 	g, err := infer.New(backend, p.Model.(train.Model), p.Ctx, settings)

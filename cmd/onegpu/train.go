@@ -177,10 +177,11 @@ func runTrain(args []string, w io.Writer) (err error) {
 			}
 		}
 	}
-	if err := hfFlags.load(trainer, store, progress); err != nil {
+	// The adapters first: a LoRA run's base is made as --init-hf is read (train.Trainer.SetBase).
+	if err := adapterFlags.load(trainer, store, progress); err != nil {
 		return err
 	}
-	if err := adapterFlags.load(trainer, store, progress); err != nil {
+	if err := hfFlags.load(trainer, store, progress); err != nil {
 		return err
 	}
 	stop, stopped := stopOnSignal(os.Stderr)

@@ -143,7 +143,9 @@ func sameFolder(a, b string) bool {
 // load opens --init-hf into the trainer's context, in the weights' dtype (hf.Open; --base-dtype under --lora),
 // unless the run resumes from a checkpoint, whose weights it continues from. A LoRA run's
 // checkpoints hold its adapters, not its base: it loads --init-hf's base also when it resumes,
-// and the run checks it is the base the checkpoint records.
+// and the run checks it is the base the checkpoint records. A LoRA run's base is hashed and
+// quantized as it is read (train.Trainer.SetBase), so that a QLoRA run never holds it whole in
+// full precision.
 func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Writer) error {
 	if h.initDir == "" {
 		return nil
@@ -159,15 +161,27 @@ func (h *hfRun) load(t *train.Trainer, store *checkpoint.Folder, progress io.Wri
 	if lm, ok := t.Config.Model.(train.LanguageModel); ok {
 		seq, _ = lm.TokenShape()
 	}
-	err := t.SetWeights(func(ctx *context.Context) error {
-		_, err := hf.Open(ctx, h.initDir, t.Config.WeightDType(), seq)
-		return err
-	})
+	options := hf.Options{DType: t.Config.WeightDType(), Seq: seq}
+	var err error
+	if t.Config.LoRA.Active() {
+		from := h.initDir
+		if abs, err := filepath.Abs(h.initDir); err == nil {
+			from = abs
+		}
+		from = fmt.Sprintf("Hugging Face folder %s in %s", from, strings.ToLower(options.DType.String()))
+		err = t.SetBase(from, func(ctx *context.Context, b *train.BaseWeights) error {
+			options.Sink = b
+			_, err := hf.OpenWith(ctx, h.initDir, options)
+			return err
+		})
+	} else {
+		err = t.SetWeights(func(ctx *context.Context) error {
+			_, err := hf.OpenWith(ctx, h.initDir, options)
+			return err
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("--init-hf: %w", err)
-	}
-	if abs, err := filepath.Abs(h.initDir); err == nil {
-		t.BaseSource = fmt.Sprintf("Hugging Face folder %s in %s", abs, strings.ToLower(t.Config.WeightDType().String()))
 	}
 	if progress != nil {
 		what := "weights"

@@ -3,7 +3,9 @@ package testkit
 import (
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -144,4 +146,50 @@ func ReadHFGreedy(t testing.TB, name string) HFGreedy {
 		t.Fatalf("%s.greedy.json holds no cases", name)
 	}
 	return g
+}
+
+// RandomTensor is a tensor WriteRandomHF writes: its Hugging Face name and shape.
+type RandomTensor struct {
+	Name  string
+	Shape []int
+}
+
+// WriteRandomHF writes a Hugging Face folder of random weights into dir: model.safetensors with
+// the tensors in bfloat16 (values ±[2^-7, 2^-6), from a fixed seed), streamed so that no tensor is
+// ever in memory whole, and config (the model's config.json fields, such as hf.Layout.Config's).
+// Benchmarks make their larger-than-fixture checkpoints with it (a few hundred MB, never
+// committed).
+func WriteRandomHF(tb testing.TB, dir string, tensors []RandomTensor, config map[string]any) {
+	tb.Helper()
+	r := rand.New(rand.NewPCG(1, 1))
+	var ts []safetensors.Tensor
+	for _, spec := range tensors {
+		n := 1
+		for _, d := range spec.Shape {
+			n *= d
+		}
+		ts = append(ts, safetensors.Tensor{Name: spec.Name, DType: safetensors.BF16, Shape: spec.Shape, Data: func(w io.Writer) error {
+			buf := make([]byte, 2*1024)
+			for left := n; left > 0; left -= len(buf) / 2 {
+				k := min(left, len(buf)/2)
+				for i := range k {
+					binary.LittleEndian.PutUint16(buf[2*i:], uint16(r.IntN(2)<<15|0x3c00|r.IntN(0x100))) // ±[2^-7, 2^-6)
+				}
+				if _, err := w.Write(buf[:2*k]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := json.Marshal(config)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		tb.Fatal(err)
+	}
 }
