@@ -64,13 +64,9 @@ func newStagedUpdate(e *stagedExecutor) (*stagedUpdate, error) {
 		return s, nil
 	}
 	embedVars := trainable(e.embed, e.embedVars)
-	var headVars []*context.Variable
-	for _, v := range trainable(e.head, e.headVars) {
-		if slices.Contains(embedVars, v) {
-			u.tied[v] = true
-		} else {
-			headVars = append(headVars, v)
-		}
+	headVars, tied := headUpdates(embedVars, trainable(e.head, e.headVars))
+	for _, v := range tied {
+		u.tied[v] = true
 	}
 	var block0 *hostengine.Stage
 	for i, sources := range e.blockVars {
@@ -101,6 +97,20 @@ func newStagedUpdate(e *stagedExecutor) (*stagedUpdate, error) {
 	}
 	u.mean = u.mean.WithName("staged_mean_loss")
 	return u, nil
+}
+
+// headUpdates splits the head's trainable variables into those its update stage takes and those
+// the embedding's takes (tied: used by both, their gradients added up after the embedding's
+// backward program, the last to use them).
+func headUpdates(embed, head []*context.Variable) (own, tied []*context.Variable) {
+	for _, v := range head {
+		if slices.Contains(embed, v) {
+			tied = append(tied, v)
+		} else {
+			own = append(own, v)
+		}
+	}
+	return own, tied
 }
 
 func (u *stagedUpdate) close() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/onegpu/onegpu/analysis"
 	"github.com/onegpu/onegpu/internal/testkit"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
@@ -20,6 +21,9 @@ var (
 	streamLayers = flag.Int("stream.layers", 0, "BenchmarkStreamedCompile: the number of layers (0: the preset's)")
 	streamMicro  = flag.Int("stream.microbatches", 1, "BenchmarkStreamedCompile: micro-batches of one sequence each (the batch)")
 	streamRemat  = flag.String("stream.remat", "block", "BenchmarkStreamedCompile: the kinds of block rematerialized (none or a list)")
+	streamAttn   = flag.String("stream.attention", "plain", "BenchmarkStreamedCompile: the attention (plain, chunked[=BLOCK])")
+	streamLoss   = flag.String("stream.loss", "plain", "BenchmarkStreamedCompile: the cross-entropy (plain, chunked[=CHUNK])")
+	streamWhole  = flag.Bool("stream.whole", true, "BenchmarkStreamedCompile: compile the whole step too (false: the streamed and staged programs only)")
 )
 
 // BenchmarkStreamedCompile builds and compiles, on XLA, a Llama preset's whole train step
@@ -27,10 +31,15 @@ var (
 // block, the head), micro-batches of one sequence, bfloat16 compute, remat of whole blocks, and
 // reports each one's building and XLA compile seconds and their ratio. The streamed programs
 // compile one after the other, as the executor compiles them (compile-ratio), and again at once
-// (analysis.CompilePrograms: concurrent-compile-ratio). The streamed programs do not grow with the
-// layers; the whole step unrolls them all. E.g.
+// (analysis.CompilePrograms: concurrent-compile-ratio); the staged step compiles them and its
+// update programs on the device (Trainer.StagedPrograms: staged-compile-ratio). The streamed and
+// staged programs do not grow with the layers; the whole step unrolls them all. -stream.attention
+// and -stream.loss chunk the attention and the loss (reference/jax/chunked_compile.py compiles JAX's
+// hand-chunked step of the same shapes); -stream.whole=false leaves the whole step out. E.g.
 //
 //	go test ./train/ -run XXX -bench StreamedCompile -benchtime 1x -stream.preset llama-3.2-1b
+//	go test ./train/ -run XXX -bench StreamedCompile -benchtime 1x -timeout 2h -stream.preset llama-3.2-1b \
+//		-stream.seq 8192 -stream.attention chunked -stream.loss chunked
 func BenchmarkStreamedCompile(b *testing.B) {
 	backend := testkit.RequireXLA(b)
 	c := models.LlamaPresets[*streamPreset]
@@ -52,30 +61,43 @@ func BenchmarkStreamedCompile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	attention, err := layers.ParseAttention(*streamAttn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loss, err := layers.ParseCrossEntropy(*streamLoss)
+	if err != nil {
+		b.Fatal(err)
+	}
 	config := train.Config{Model: llama, Batch: *streamMicro, MicroBatches: *streamMicro, Policy: policy, Remat: train.Remat{Kinds: kinds}, Offload: train.OffloadParams,
-		Schedule: optim.Constant(1e-3)}
+		Schedule: optim.Constant(1e-3), Attention: attention, CrossEntropy: loss}
 	tr, err := train.New(backend, config)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {
 		start := time.Now()
-		streamed, err := tr.StreamedPrograms()
+		staged, err := tr.StagedPrograms()
 		if err != nil {
 			b.Fatal(err)
 		}
 		streamBuild := time.Since(start)
-		start = time.Now()
-		for _, p := range streamed.All() {
-			one := time.Now()
-			if _, err := analysis.CompileProgram(p); err != nil {
-				b.Fatal(err)
+		compile := func(ps []*analysis.Program) time.Duration {
+			start := time.Now()
+			for _, p := range ps {
+				one := time.Now()
+				if _, err := analysis.CompileProgram(p); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(time.Since(one).Seconds(), p.Graph.Name()+"-s")
 			}
-			b.ReportMetric(time.Since(one).Seconds(), p.Graph.Name()+"-s")
-			p.Graph.Finalize()
+			return time.Since(start)
 		}
-		streamCompile := time.Since(start)
-		if streamed, err = tr.StreamedPrograms(); err != nil {
+		streamCompile := compile(staged.StreamedPrograms.All())
+		updateCompile := compile(staged.Updates)
+		staged.Finalize()
+		streamed, err := tr.StreamedPrograms()
+		if err != nil {
 			b.Fatal(err)
 		}
 		start = time.Now()
@@ -84,6 +106,13 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		}
 		streamConcurrent := time.Since(start)
 		streamed.Finalize()
+		b.ReportMetric(streamBuild.Seconds(), "stream-build-s")
+		b.ReportMetric(streamCompile.Seconds(), "stream-compile-s")
+		b.ReportMetric(streamConcurrent.Seconds(), "stream-concurrent-compile-s")
+		b.ReportMetric(updateCompile.Seconds(), "staged-update-compile-s")
+		if !*streamWhole {
+			continue
+		}
 
 		config.Offload = train.OffloadNone
 		whole, err := train.New(backend, config)
@@ -103,12 +132,10 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		wholeCompile := time.Since(start)
 		p.Graph.Finalize()
 		config.Offload = train.OffloadParams
-		b.ReportMetric(streamBuild.Seconds(), "stream-build-s")
-		b.ReportMetric(streamCompile.Seconds(), "stream-compile-s")
 		b.ReportMetric(wholeBuild.Seconds(), "whole-build-s")
 		b.ReportMetric(wholeCompile.Seconds(), "whole-compile-s")
-		b.ReportMetric(streamConcurrent.Seconds(), "stream-concurrent-compile-s")
 		b.ReportMetric(streamCompile.Seconds()/wholeCompile.Seconds(), "compile-ratio")
+		b.ReportMetric((streamCompile+updateCompile).Seconds()/wholeCompile.Seconds(), "staged-compile-ratio")
 		b.ReportMetric(streamConcurrent.Seconds()/wholeCompile.Seconds(), "concurrent-compile-ratio")
 		b.ReportMetric((streamBuild+streamCompile).Seconds()/(wholeBuild+wholeCompile).Seconds(), "build+compile-ratio")
 	}
