@@ -22,10 +22,13 @@
 #      offloaded, the bytes moved per step and their time under "offload")
 #   6. long sequences: the Llama-3.2-1B preset at sequence 8192 (batch 1, bfloat16 compute, remat
 #      block), plain vs chunked attention and cross-entropy: memory (--json: xla_compiled, the peak
-#      XLA plans for) and 4 train steps each (--json: compile_seconds, step_seconds, tokens_per_second)
-#   6b. adapters: Llama-3.2-1B fine-tuned fully, with LoRA (rank 16, every projection, bf16 base) and
-#      with QLoRA (NF4 base), the same run (sequence 2048, batch 2, bf16, remat block, chunked loss):
-#      memory --json (XLA's compiled total next to the estimate) and 6 train steps each (tokens/s)
+#      XLA plans for) and 4 train steps each (--json: compile_seconds, step_seconds, tokens_per_second);
+#      chunked also staged (--offload staged: the step a stage at a time, everything on the GPU;
+#      --json's offload.device_peak_bytes is its largest footprint by XLA's account)
+#   6b. adapters: Llama-3.2-1B fine-tuned fully (whole and staged), with LoRA (rank 16, every
+#      projection, bf16 base) and with QLoRA (NF4 base), the same run (sequence 2048, batch 2, bf16,
+#      remat block, chunked loss): memory --json (XLA's compiled total next to the estimate) and 6
+#      train steps each (tokens/s)
 #   7. onegpu compare: float32 without remat, bfloat16 without remat, the MLP — while time is left;
 #      then, compile only, Llama-3.1-8B LoRA and QLoRA (issue 36's figure: memory --json)
 #   Every compare table (and its JSON) holds both sides' aliased bytes and the census of the
@@ -254,6 +257,11 @@ run memory-llama1b-seq8192-plain 150 "$ONEGPU" memory "${LONG[@]}" --json
 run memory-llama1b-seq8192-chunked 300 "$ONEGPU" memory "${LONG[@]}" "${CHUNKED[@]}" --json
 run train-llama1b-seq8192-plain 200 "$ONEGPU" train "${LONG[@]}" --data synthetic --steps 4 --json
 run train-llama1b-seq8192-chunked 360 "$ONEGPU" train "${LONG[@]}" "${CHUNKED[@]}" --data synthetic --steps 4 --json
+# The same run staged (issue 37): one forward and one backward program per kind of stage, every
+# weight, gradient and Adam state on the GPU; --json: compile_seconds (the whole step unrolls 16
+# layers of 36 attention block pairs, the staged programs one), tokens_per_second, and under
+# "offload" the largest device footprint by XLA's account (device_peak_bytes).
+run train-llama1b-seq8192-chunked-staged 300 "$ONEGPU" train "${LONG[@]}" "${CHUNKED[@]}" --offload staged --data synthetic --steps 4 --json
 # --- adapters (issue 36): full, LoRA and QLoRA fine-tunes of Llama-3.2-1B, the same run ------------
 # Sequences of 2048, batch 2, bfloat16 compute, remat of whole layers, the chunked loss; LoRA rank 16
 # on every projection over a bfloat16 base, QLoRA the same over an NF4 base (quantized once from the
@@ -266,6 +274,7 @@ run memory-llama1b-full 150 "$ONEGPU" memory "${ADAPT[@]}" --json
 run memory-llama1b-lora 150 "$ONEGPU" memory "${ADAPT[@]}" "${LORA[@]}" --json
 run memory-llama1b-qlora 150 "$ONEGPU" memory "${ADAPT[@]}" "${LORA[@]}" --quantize-base nf4 --json
 run train-llama1b-full 200 "$ONEGPU" train "${ADAPT[@]}" --data synthetic --steps 6 --json
+run train-llama1b-full-staged 200 "$ONEGPU" train "${ADAPT[@]}" --offload staged --data synthetic --steps 6 --json
 run train-llama1b-lora 200 "$ONEGPU" train "${ADAPT[@]}" "${LORA[@]}" --data synthetic --steps 6 --json
 run train-llama1b-qlora 240 "$ONEGPU" train "${ADAPT[@]}" "${LORA[@]}" --quantize-base nf4 --data synthetic --steps 6 --json
 # --- beyond the device: the weights streamed from host memory (--offload params) ----------------

@@ -93,6 +93,11 @@ func BenchmarkStreamedCompile(b *testing.B) {
 			}
 			return time.Since(start)
 		}
+		nodes := 0
+		for _, p := range staged.All() {
+			nodes += len(p.Graph.Nodes())
+		}
+		b.ReportMetric(float64(nodes), "staged-nodes")
 		streamCompile := compile(staged.StreamedPrograms.All())
 		updateCompile := compile(staged.Updates)
 		staged.Finalize()
@@ -125,6 +130,7 @@ func BenchmarkStreamedCompile(b *testing.B) {
 			b.Fatal(err)
 		}
 		wholeBuild := time.Since(start)
+		b.ReportMetric(float64(len(p.Graph.Nodes())), "whole-nodes")
 		start = time.Now()
 		if _, err := analysis.CompileProgram(p); err != nil {
 			b.Fatal(err)
