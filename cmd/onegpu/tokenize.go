@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/internal/regularfile"
 	"github.com/onegpu/onegpu/tokenizer"
 )
 
@@ -28,7 +30,7 @@ func init() {
 func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tokenize", "--tokenizer DIR [--input FILE] [--jsonl] [--special=false] [--json] | --decode [--skip-special]")
 	dir := fs.String("tokenizer", "", "Hugging Face tokenizer: a folder with tokenizer.json (and tokenizer_config.json, generation_config.json), or the file")
-	input := fs.String("input", "", "read from this file instead of stdin")
+	input := fs.String("input", "", "read from this file instead of stdin: a regular file, or a link to one")
 	jsonl := fs.Bool("jsonl", false, `each input line is a JSON string, or an object whose "text" is one: for texts with line breaks`)
 	special := fs.Bool("special", true, "add the tokenizer's special tokens around each text (its template's BOS, as add_special_tokens=True)")
 	asJSON := fs.Bool("json", false, "print each line's ids as a JSON array (with --decode: each text as a JSON string)")
@@ -54,7 +56,9 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	name := "stdin"
 	if *input != "" {
-		f, err := os.Open(*input)
+		// A named pipe or a device (a link to /dev/zero) would block or never end: the file is
+		// refused before it is opened, as every file onegpu reads (stdin stays for pipes).
+		f, err := regularfile.OpenLinked(*input)
 		if err != nil {
 			return fmt.Errorf("--input: %w", err)
 		}
@@ -69,12 +73,12 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	start := time.Now()
 	lines, tokens, textBytes := 0, 0, 0
 	for {
-		line, err := readLine(in)
+		line, err := readLine(in, maxLineBytes)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s line %d: %w", name, lines+1, err)
 		}
 		lines++
 		if *decode {
@@ -113,18 +117,40 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	return nil
 }
 
-// readLine returns the next line without its end ("\n" or "\r\n", as bufio.ScanLines), of any
-// length; io.EOF after the last.
-func readLine(r *bufio.Reader) (string, error) {
-	line, err := r.ReadString('\n')
-	if err == io.EOF && line == "" {
-		return "", io.EOF
+// maxLineBytes bounds one line of tokenize's input, read whole before it is encoded: a file of
+// zeros without a line break (a sparse file, stdin from /dev/zero) would otherwise grow the line
+// until the process runs out of memory. 256 MiB is far more than one text a line (or a --jsonl
+// document) holds.
+const maxLineBytes = 256 << 20
+
+// readLine returns the next line without its end ("\n" or "\r\n", as bufio.ScanLines), io.EOF
+// after the last; a line of more than limit bytes without its end is an error, returned as soon
+// as limit+2 bytes without a line break have been read.
+func readLine(r *bufio.Reader, limit int) (string, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if err == bufio.ErrBufferFull {
+			if len(line) > limit+2 {
+				break
+			}
+			continue
+		}
+		if err == io.EOF && len(line) == 0 {
+			return "", io.EOF
+		}
+		if err != nil && err != io.EOF {
+			return "", err
+		}
+		break
 	}
-	if err != nil && err != io.EOF {
-		return "", err
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) > limit {
+		return "", fmt.Errorf("longer than %d bytes (%s): tokenize reads a line at a time; split the text into lines", limit, analysis.FormatBytes(int64(limit)))
 	}
-	line = strings.TrimSuffix(line, "\n")
-	return strings.TrimSuffix(line, "\r"), nil
+	return string(line), nil
 }
 
 // jsonText returns the text of a --jsonl line: a JSON string, or an object's "text" string.

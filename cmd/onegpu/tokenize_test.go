@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/tokenizer"
 )
 
@@ -88,7 +93,7 @@ func TestTokenizeEncodesLines(t *testing.T) {
 
 // TestTokenizeRefuses: missing or contradictory flags, a tokenizer that cannot be read, a --jsonl
 // line that is not JSON or has no text, and ids that are not numbers or outside the vocabulary
-// are errors naming the flag, the file and the line.
+// are errors naming the flag, the file and the line. See TestTokenizeInputIsBounded for --input.
 func TestTokenizeRefuses(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "none")
 	input := filepath.Join(t.TempDir(), "ids.txt")
@@ -106,7 +111,7 @@ func TestTokenizeRefuses(t *testing.T) {
 		{[]string{"--tokenizer", fx, "--decode", "--special=false"}, "", "--special adds tokens when encoding"},
 		{[]string{"--tokenizer", fx, "--skip-special"}, "", "--skip-special is for --decode"},
 		{[]string{"--tokenizer", missing}, "", "--tokenizer: stat " + missing},
-		{[]string{"--tokenizer", fx, "--input", missing}, "", "--input: open " + missing},
+		{[]string{"--tokenizer", fx, "--input", missing}, "", "--input: stat " + missing},
 		{[]string{"--tokenizer", fx, "--jsonl"}, "\"fine\"\n{\"text\": 1}\n", `stdin line 2: an object without a "text" string`},
 		{[]string{"--tokenizer", fx, "--jsonl"}, "\"fine\"\nnot json\n", "stdin line 2: not JSON"},
 		{[]string{"--tokenizer", fx, "--jsonl"}, "[1, 2]\n", "stdin line 1: an array, not a string"},
@@ -119,5 +124,79 @@ func TestTokenizeRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %q: got %v, want an error containing %q", c.args, c.stdin, err, c.want)
 		}
+	}
+}
+
+// zeros is an endless input without a line break, as stdin from /dev/zero.
+type zeros struct{ read int }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	clear(p)
+	z.read += len(p)
+	return len(p), nil
+}
+
+// TestTokenizeInputIsBounded: --input is a regular file or a link to one: a named pipe, a link to
+// /dev/zero and a folder are refused at once, naming the file (before: a named pipe blocked
+// forever and /dev/zero ended in Go's "out of memory"); a line is read whole up to a bound, and
+// an endless input without a line break is refused once past it, naming the line, not read
+// until memory runs out; lines up to the bound, with "\n" or "\r\n", read as before.
+func TestTokenizeInputIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	cases := map[string]string{filepath.Join(dir, "folder"): "folder is a folder, not a regular file"}
+	if err := os.Mkdir(filepath.Join(dir, "folder"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if runtime.GOOS != "windows" {
+		fifo := filepath.Join(dir, "fifo.txt")
+		if err := testkit.MakeFIFO(fifo); err != nil {
+			t.Fatal(err)
+		}
+		cases[fifo] = "fifo.txt is a named pipe, not a regular file"
+		zero := filepath.Join(dir, "zero.txt")
+		if err := os.Symlink("/dev/zero", zero); err != nil {
+			t.Fatal(err)
+		}
+		cases[zero] = "zero.txt is a symbolic link to /dev/zero, which is a device, not a regular file"
+	}
+	for input, want := range cases {
+		done := make(chan error, 1)
+		go func() {
+			done <- runTokenize([]string{"--tokenizer", tokenizerFixture, "--input", input}, strings.NewReader(""), io.Discard, io.Discard)
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "--input: "+input) || !strings.Contains(err.Error(), want) {
+				t.Errorf("--input %s: %v, want an error containing %q", input, err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("tokenize --input %s has not ended in 10 s", input)
+		}
+	}
+
+	const limit = 100
+	endless := &zeros{}
+	if line, err := readLine(bufio.NewReaderSize(endless, 16), limit); err == nil || !strings.Contains(err.Error(), "longer than 100 bytes") {
+		t.Errorf("an endless line: %d bytes, %v", len(line), err)
+	}
+	if endless.read > limit+2+16 {
+		t.Errorf("an endless line was read for %d bytes, past the bound of %d and one buffer", endless.read, limit)
+	}
+	exact := strings.Repeat("x", limit)
+	r := bufio.NewReaderSize(strings.NewReader(exact+"\r\n"+exact+"\n"+exact+"y\nlast"), 16)
+	var got []string
+	for {
+		line, err := readLine(r, limit)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			got = append(got, "error: "+err.Error())
+			break
+		}
+		got = append(got, line)
+	}
+	if want := []string{exact, exact, "error: longer than 100 bytes (100 B): tokenize reads a line at a time; split the text into lines"}; !slices.Equal(got, want) {
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
