@@ -154,7 +154,7 @@ func (r *ConfigReader) FloatOr(field string, def float64) (float64, error) {
 	return f, nil
 }
 
-// Int returns the field as a non-negative integer; missing or null is an error (onegpu does not
+// Int returns the field as IntOr does; missing or null is an error (onegpu does not
 // guess a model's shape).
 func (r *ConfigReader) Int(field string) (int, error) {
 	if v, present := r.fields[field]; !present || v == nil {
@@ -163,15 +163,19 @@ func (r *ConfigReader) Int(field string) (int, error) {
 	return r.IntOr(field, 0)
 }
 
-// IntOr returns the field as a non-negative integer, or def when it is missing or null.
+// IntOr returns the field as a non-negative integer of at most math.MaxInt32, or def when it is
+// missing or null.
 func (r *ConfigReader) IntOr(field string, def int) (int, error) {
 	v, present := r.fields[field]
 	if !present || v == nil {
 		return def, nil
 	}
 	f, err := number(v)
-	if err != nil || f != math.Trunc(f) || f < 0 || f > math.MaxInt32 {
+	switch {
+	case err != nil || f != math.Trunc(f) || f < 0:
 		return 0, r.Errorf(field, "%v is not a non-negative integer", v)
+	case f > math.MaxInt32:
+		return 0, r.Errorf(field, "%v is more than %d, the most onegpu reads for a size or a count: the file is damaged or describes no model a machine holds", v, math.MaxInt32)
 	}
 	return int(f), nil
 }

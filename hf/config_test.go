@@ -166,6 +166,9 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"no hidden_size", map[string]any{"hidden_size": nil}, "hidden_size: missing"},
 		{"fractional heads", map[string]any{"num_attention_heads": 4.5}, "num_attention_heads: 4.5 is not a non-negative integer"},
 		{"string layers", map[string]any{"num_hidden_layers": "2"}, "num_hidden_layers: 2 is not"},
+		{"negative hidden size", map[string]any{"hidden_size": -64}, "hidden_size: -64 is not a non-negative integer"},
+		{"a vocabulary of 10^12", map[string]any{"vocab_size": int64(1_000_000_000_000)}, "vocab_size: 1000000000000 is more than 2147483647, the most onegpu reads"},
+		{"10^300 layers", map[string]any{"num_hidden_layers": 1e300}, "num_hidden_layers: 1e+300 is more than 2147483647"},
 		{"tie not a bool", map[string]any{"tie_word_embeddings": "yes"}, "tie_word_embeddings: yes is not true or false"},
 		{"kv heads do not divide", map[string]any{"num_key_value_heads": 3}, "KVHeads"},
 	} {
