@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 )
 
@@ -46,6 +50,46 @@ func checkOutputFile(flagName, file string) error {
 		return fail("%v", err)
 	}
 	return nil
+}
+
+// checkNotRead returns an error naming both flags when file, an output, is an existing file the
+// run reads, so that writing it never replaces an input (a --plot naming --init-hf's config.json
+// replaced it with an image): a file given to a flag of reads (flag name to path, "" for none), or
+// a file in a folder given to one, unless it already holds a PNG image (an earlier plot, which
+// no run reads). A file that does not exist yet replaces nothing.
+func checkNotRead(flagName, file string, reads map[string]string) error {
+	out, err := os.Stat(file)
+	if err != nil || !out.Mode().IsRegular() {
+		return nil
+	}
+	resolved, err := filepath.EvalSymlinks(file)
+	if err != nil {
+		return nil
+	}
+	for _, flag := range slices.Sorted(maps.Keys(reads)) {
+		path := reads[flag]
+		in, err := os.Stat(path)
+		switch {
+		case path == "" || err != nil:
+		case !in.IsDir() && os.SameFile(in, out):
+			return fmt.Errorf("--%s %s is --%s %s, which the run reads: name another file, e.g. %s", flagName, file, flag, path, exampleFile[flagName])
+		case in.IsDir() && sameFolder(filepath.Dir(resolved), path) && !holdsPNG(resolved):
+			return fmt.Errorf("--%s %s is a file of --%s %s, which the run reads: name another file, e.g. %s", flagName, file, flag, path, exampleFile[flagName])
+		}
+	}
+	return nil
+}
+
+// holdsPNG reports whether the file starts with PNG's signature.
+func holdsPNG(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 8)
+	_, err = io.ReadFull(f, head)
+	return err == nil && bytes.Equal(head, []byte("\x89PNG\r\n\x1a\n"))
 }
 
 // checkOutputFolder returns an error naming the flag and the path when dir cannot hold the files

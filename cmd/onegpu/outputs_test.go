@@ -73,3 +73,39 @@ func TestOutputPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNotRead: an output that would replace a file the run reads is refused, naming both
+// flags: the file given to a flag (also through a link), a file in a folder given to one; a new
+// file, an earlier plot (a PNG image) in such a folder, and a file elsewhere are accepted.
+func TestCheckNotRead(t *testing.T) {
+	root := t.TempDir()
+	model := filepath.Join(root, "model")
+	if err := os.Mkdir(model, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{filepath.Join(model, "config.json"): "{}", filepath.Join(model, "old.png"): "\x89PNG\r\n\x1a\nimage",
+		filepath.Join(root, "data.npy"): "tokens", filepath.Join(root, "elsewhere.png"): "not an image"}
+	for path, text := range files {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(root, "link.png")
+	if err := os.Symlink(filepath.Join(model, "config.json"), link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	reads := map[string]string{"init-hf": model, "data": filepath.Join(root, "data.npy"), "tokenizer": ""}
+	for _, c := range []struct{ file, want string }{
+		{filepath.Join(model, "config.json"), "--plot " + filepath.Join(model, "config.json") + " is a file of --init-hf " + model + ", which the run reads: name another file, e.g. plot.png"},
+		{link, "--plot " + link + " is a file of --init-hf " + model},
+		{filepath.Join(root, "data.npy"), "is --data " + filepath.Join(root, "data.npy") + ", which the run reads"},
+		{filepath.Join(model, "new.png"), ""},
+		{filepath.Join(model, "old.png"), ""},
+		{filepath.Join(root, "elsewhere.png"), ""},
+	} {
+		err := checkNotRead("plot", c.file, reads)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("checkNotRead(%s) = %v, want %q", c.file, err, c.want)
+		}
+	}
+}

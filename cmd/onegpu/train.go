@@ -51,7 +51,7 @@ func runTrain(args []string, w io.Writer) (err error) {
 	overwrite := fs.Bool("overwrite", false, "with --checkpoint, train in a folder that holds weights no whole onegpu checkpoint accounts for\n(someone's files, or checkpoints whose .json or manifest was removed): they are kept, never deleted;\nwith --export-hf or --export-adapter, export into a folder that holds files onegpu did not export (a model\nor adapter someone saved): its config.json and weights (or adapter files) are replaced, other weights files removed")
 	allowOtherData := fs.Bool("allow-other-data", false, "with --checkpoint, resume from a checkpoint trained on other --data (the checkpoints record the data: its content hash or parameters)")
 	logEvery := fs.Int("log-every", 0, "print a progress line every N steps, at least 1 (default: 20 lines per run)")
-	plotFile := fs.String("plot", "", "write the loss curve to this PNG file (default: no plot)")
+	plotFile := fs.String("plot", "", "write the loss curve to this PNG file, not a file the run reads (default: no plot)")
 	budgetText := fs.String("budget", "", "with --offload params, the most device memory the streamed step may use at once, e.g. 8GiB: each stage program's memory by XLA's account\nplus the buffers the step keeps on the device; a step that needs more stops with an error (default: no limit)")
 	asJSON := fs.Bool("json", false, "print the run's history as one JSON object instead of progress lines (a non-finite loss is written as the string \"NaN\", \"+Inf\" or \"-Inf\")")
 	if err := parseArgs(fs, args); err != nil {
@@ -129,6 +129,14 @@ func runTrain(args []string, w io.Writer) (err error) {
 	// folder (lock, damage, config), memory.
 	if *plotFile != "" {
 		if err := checkOutputFile("plot", *plotFile); err != nil {
+			return err
+		}
+		reads := map[string]string{"init-hf": hfFlags.initDir, "init-adapter": adapterFlags.initDir, "tokenizer": textFlags.tokenizerDir,
+			"checkpoint": *checkpointDir, "eval-data": textFlags.evalData}
+		if *dataName != "text" && *dataName != "synthetic" {
+			reads["data"] = *dataName
+		}
+		if err := checkNotRead("plot", *plotFile, reads); err != nil {
 			return err
 		}
 	}

@@ -65,7 +65,9 @@ func folderBytes(t *testing.T, dir string) map[string]string {
 // files and --overwrite), BASE itself (by name, through a link or ".."), the --checkpoint
 // folder, a dangling link; BASE's tokenizer.json a folder, a named pipe or a link to /dev/zero
 // (copied after training); --export-adapter a folder holding someone's adapter (naming
-// --overwrite), --init-adapter's folder or --init-hf's; and --plot a dangling link.
+// --overwrite), --init-adapter's folder or --init-hf's; and --plot a dangling link or a file the
+// run reads (BASE's config.json, --init-adapter's weights, the --data file: before, a --plot of
+// BASE's config.json replaced it with the loss curve's image).
 func TestTrainExportChecksBeforeTraining(t *testing.T) {
 	t.Setenv(platform.EnvBackend, "")
 	t.Setenv(platform.EnvPlugin, "")
@@ -87,6 +89,10 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 		}
 		return dir
 	}
+	tokens := filepath.Join(root, "tokens.npy")
+	if raw, err := os.ReadFile(filepath.Join("..", "..", "hf", "testdata", "llama3_untied.tokens.npy")); err != nil || os.WriteFile(tokens, raw, 0o644) != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(root, "out")
 	train := func(init, export string, more ...string) []string {
 		return append([]string{"--init-hf", init, "--steps", "1", "--batch", "1", "--microbatches", "1", "--seq", "8", "--export-hf", export}, more...)
@@ -105,6 +111,9 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 		{train(base, filepath.Join(root, "dangling")), "dangling is a symbolic link to " + filepath.Join(root, "nowhere") + ", which does not exist"},
 		{train(withTokenizer("folder", func(p string) error { return os.Mkdir(p, 0o755) }), out), "tokenizer.json is a folder, not a regular file"},
 		{train(base, out, "--plot", filepath.Join(root, "dangling")), "--plot " + filepath.Join(root, "dangling") + ": " + filepath.Join(root, "dangling") + " is a symbolic link to"},
+		{train(base, out, "--plot", filepath.Join(base, "config.json")), "--plot " + filepath.Join(base, "config.json") + " is a file of --init-hf " + base + ", which the run reads"},
+		{[]string{"--init-hf", base, "--steps", "1", "--init-adapter", adapter, "--plot", filepath.Join(adapter, "adapter_model.safetensors")}, "is a file of --init-adapter " + adapter},
+		{[]string{"--init-hf", base, "--steps", "1", "--seq", "8", "--data", tokens, "--plot", tokens}, "--plot " + tokens + " is --data " + tokens + ", which the run reads"},
 		{[]string{"--overwrite"}, "--overwrite does not apply: it needs --checkpoint DIR, --export-hf DIR or --export-adapter DIR"},
 		{[]string{"--init-hf", base, "--steps", "1", "--lora", "rank=2", "--export-adapter", adapter}, "--export-adapter " + adapter + " holds files onegpu did not export (adapter_config.json, adapter_model.safetensors"},
 		{[]string{"--init-hf", base, "--steps", "1", "--init-adapter", adapter, "--export-adapter", adapter, "--overwrite"}, "--export-adapter " + adapter + " is the folder of --init-adapter " + adapter},
@@ -122,10 +131,12 @@ func TestTrainExportChecksBeforeTraining(t *testing.T) {
 			}{train(withTokenizer("zero", func(p string) error { return os.Symlink("/dev/zero", p) }), out), "tokenizer.json is a symbolic link to /dev/zero, which is a device"})
 	}
 	userBefore, baseBefore, adapterBefore := folderBytes(t, user), folderBytes(t, base), folderBytes(t, adapter)
+	tokensBefore := folderBytes(t, root)["tokens.npy"]
 	for _, c := range cases {
 		trainRefuses(t, c.args, c.want)
 	}
-	if !maps.Equal(folderBytes(t, user), userBefore) || !maps.Equal(folderBytes(t, base), baseBefore) || !maps.Equal(folderBytes(t, adapter), adapterBefore) {
+	if !maps.Equal(folderBytes(t, user), userBefore) || !maps.Equal(folderBytes(t, base), baseBefore) || !maps.Equal(folderBytes(t, adapter), adapterBefore) ||
+		folderBytes(t, root)["tokens.npy"] != tokensBefore {
 		t.Errorf("a refused run changed the folders")
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
