@@ -171,6 +171,7 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"10^300 layers", map[string]any{"num_hidden_layers": 1e300}, "num_hidden_layers: 1e+300 is more than 2147483647"},
 		{"tie not a bool", map[string]any{"tie_word_embeddings": "yes"}, "tie_word_embeddings: yes is not true or false"},
 		{"kv heads do not divide", map[string]any{"num_key_value_heads": 3}, "KVHeads"},
+		{"mistral window 0", map[string]any{"model_type": "mistral", "architectures": []string{"MistralForCausalLM"}, "sliding_window": 0}, "sliding_window: 0 is a window of no position"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := hf.ParseConfig(edit(t, tc.fields), "some/config.json", 0)

@@ -55,11 +55,15 @@ func readLlama(r *ConfigReader) (Layout, error) {
 // window (none, or one as long as the run's sequences) kept as the model's SlidingWindow. The
 // Llama attends to every earlier position, which is the window's attention for sequences of at
 // most the window: the default sequence length is capped at it, and a longer one asked for is an
-// error naming sliding_window.
+// error naming sliding_window, as is a window of 0 (null is none).
 func readMistral(r *ConfigReader) (Layout, error) {
 	window, err := r.IntOr("sliding_window", 0)
 	if err != nil {
 		return nil, err
+	}
+	if window == 0 && r.Value("sliding_window") != nil {
+		// transformers fails on it (its mask keeps no position): damage, not "no window".
+		return nil, r.Errorf("sliding_window", "0 is a window of no position: give the window's length, or null for none")
 	}
 	layout, err := readLlamaLayout(r, "mistral", mistralClass, nil, false)
 	if err != nil || window == 0 {
