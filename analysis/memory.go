@@ -7,6 +7,8 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"github.com/gomlx/gomlx/pkg/core/graph"
 	"github.com/gomlx/gomlx/pkg/core/shapes"
+
+	"github.com/onegpu/onegpu/internal/gomlxcompat"
 )
 
 // MaxTensorElements bounds the values of any one tensor onegpu counts — a model config may ask
@@ -129,19 +131,23 @@ type Step struct {
 // TopTensors is the number of buffers Memory.AtPeak lists.
 const TopTensors = 10
 
-// Analyze simulates the program on the embedded backend in sequential mode (GoMLX's
-// go:ops_sequential, onegpu's default): nodes run in creation order, a buffer is released right
-// after its last use, and an elementwise op writes over an input it is the last user of, as the
-// embedded backend does. It returns the peak of live bytes, where it happens, what is alive there,
-// and the FLOP count.
+// Analyze simulates the program in sequential mode (GoMLX's go:ops_sequential, onegpu's default
+// on the embedded backend): nodes run in creation order, a buffer is released right after its
+// last use, and an elementwise op writes over an input it is the last user of. It returns the
+// peak of live bytes, where it happens, what is alive there, and the FLOP count.
 //
-// Peaks under a parallel executor or XLA differ (XLA reorders, fuses and rematerializes); on XLA
-// use the compiled memory statistics instead.
+// It models the backend the program is built for: on the embedded backend each matmul's scratch
+// buffers count while it runs (its blocked copies of the operands and the accumulator: at
+// Llama 3's head, a 1.2 GiB copy of the [128256, 4096] weight for every chunk of the loss); XLA
+// allocates none of them, so a program built for XLA counts its values alone. Peaks under a
+// parallel executor or XLA differ otherwise too (XLA reorders, fuses and rematerializes); on XLA
+// the compiled memory statistics are XLA's own account.
 func Analyze(p *Program) *Memory {
 	nodes := p.Graph.Nodes()
 	needed := NeededNodes(p.Graph, p.Outputs)
 	kinds := classify(p, needed)
 	m := &Memory{}
+	embedded := gomlxcompat.IsSimpleGo(p.Graph.Backend()) // its matmuls' scratch counts
 	outer, inner := nodeSections(p.Graph)
 	var forward []bool
 	if p.Loss != nil {
@@ -215,13 +221,16 @@ func Analyze(p *Program) *Memory {
 		if reused < 0 && bytes > 0 {
 			pool.take(n.DType(), n.Shape().Size())
 		}
-		scratch := matmulScratchBytes(n)
-		for _, b := range matmulScratch(n) {
-			pool.take(b.dtype, b.elements)
-		}
-		for _, b := range matmulScratch(n) {
-			if !b.kept {
-				pool.give(b.dtype, b.elements)
+		var scratch int64
+		if embedded {
+			scratch = matmulScratchBytes(n)
+			for _, b := range matmulScratch(n) {
+				pool.take(b.dtype, b.elements)
+			}
+			for _, b := range matmulScratch(n) {
+				if !b.kept {
+					pool.give(b.dtype, b.elements)
+				}
 			}
 		}
 		if liveBytes+scratch > m.PeakBytes {

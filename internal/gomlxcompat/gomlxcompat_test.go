@@ -75,3 +75,18 @@ func TestMatmulBlockDim(t *testing.T) {
 		}
 	}
 }
+
+// unwrapping is a backend that wraps another, as platform's dtype guard does.
+type unwrapping struct{ backends.Backend }
+
+func (w unwrapping) Unwrap() backends.Backend { return w.Backend }
+
+// TestIsSimpleGo: the embedded backend is simplego, wrapped or not; a wrapper of nothing is not.
+func TestIsSimpleGo(t *testing.T) {
+	if !gomlxcompat.IsSimpleGo(embedded()) || !gomlxcompat.IsSimpleGo(unwrapping{unwrapping{embedded()}}) {
+		t.Error("the embedded backend, wrapped or not, is not recognized as simplego")
+	}
+	if gomlxcompat.IsSimpleGo(unwrapping{nil}) || gomlxcompat.IsSimpleGo(nil) {
+		t.Error("a wrapper of no backend is taken for simplego")
+	}
+}

@@ -1,6 +1,7 @@
 package gomlxcompat
 
 import (
+	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/backends/simplego"
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 )
@@ -19,3 +20,21 @@ func MatmulBlockDim(dtype dtypes.DType) int {
 // MatmulLargeFactor is the number of blocks (of MatmulBlockDim² elements) above which simplego
 // uses its blocked matmul (dotgeneral.go: crossesSize > 16*blockSize).
 const MatmulLargeFactor = 16
+
+// IsSimpleGo reports whether b is simplego, the embedded backend, whose matmul allocates the
+// scratch buffers MatmulBlockDim and MatmulLargeFactor describe (XLA allocates none of them). A
+// backend that wraps another (an Unwrap method returning it, as platform's dtype guard has) is
+// looked through.
+func IsSimpleGo(b backends.Backend) bool {
+	for b != nil {
+		if _, ok := b.(*simplego.Backend); ok {
+			return true
+		}
+		w, ok := b.(interface{ Unwrap() backends.Backend })
+		if !ok {
+			return false
+		}
+		b = w.Unwrap()
+	}
+	return false
+}

@@ -46,6 +46,13 @@ func requireXLA(t testing.TB) backends.Backend {
 
 // TestCompiledMemory checks that a compiled XLA graph's PJRT executable and its memory
 // statistics are found.
+// TestIsSimpleGoNotXLA: XLA, whose matmuls allocate no scratch, is not simplego.
+func TestIsSimpleGoNotXLA(t *testing.T) {
+	if gomlxcompat.IsSimpleGo(requireXLA(t)) {
+		t.Error("XLA is taken for simplego")
+	}
+}
+
 func TestCompiledMemory(t *testing.T) {
 	build := func(b backends.Backend) *graph.Graph {
 		g := graph.NewGraph(b, "stats")
