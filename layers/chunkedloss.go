@@ -22,7 +22,22 @@ type Projection struct {
 	// backward pass computes the gradient of x only, skipping the [vocab, width] products and
 	// their sum.
 	Frozen bool
+	// ClassChunk is the most classes one product takes: a chunk's logits are computed, reduced
+	// and differentiated a piece of the vocabulary at a time (pieces of equal size, at most
+	// ClassChunk), so that no product reads the whole weight. 0 picks DefaultClassChunk for a
+	// Frozen weight and the whole vocabulary otherwise: a trained weight's gradient would be
+	// assembled from its pieces, a copy as large as itself. A negative value panics.
+	ClassChunk int
 }
+
+// DefaultClassChunk is the piece of the vocabulary a frozen output layer's products take at a
+// time (Projection.ClassChunk 0). The embedded backend's matmul copies both operands into blocks
+// of 32×32: a product of a chunk of tokens with Llama 3's whole [128256, 4096] head copies the
+// head, 1 GiB in bfloat16, with a [rows, 128256] float32 accumulator, for every chunk, forward and
+// backward, which is the peak of an 8B LoRA step. Pieces of at most 16,384 classes (8 of 16,032
+// there) copy an eighth of the head at a time (its slice and the slice's blocked copy) and never
+// hold a chunk's logits whole. Vocabularies of at most 16,384 classes are not split.
+const DefaultClassChunk = 16384
 
 // ChunkedCrossEntropySum is mixed.SoftmaxCrossEntropySum(x·W + b, labels, weights) computed chunk
 // tokens at a time: the summed cross-entropy of predicting labels from the hidden states x and the
@@ -34,8 +49,9 @@ type Projection struct {
 // axis; weights has the labels' shape and may be nil (every token counts 1), a boolean mask or
 // floating-point weights; tokens of weight 0 add exactly 0 to both sums and get zero gradients.
 //
-// No [tokens, vocab] array of more than chunk rows exists, forward or backward: the forward pass
-// keeps one log-sum-exp per token, and the backward pass recomputes each chunk's logits and
+// No [tokens, vocab] array of more than chunk rows exists, forward or backward (nor of more than
+// Projection.ClassChunk columns when the vocabulary is split into pieces: a token's log-sum-exp is
+// then combined from its pieces' ones): the forward pass keeps one log-sum-exp per token, and the backward pass recomputes each chunk's logits and
 // accumulates the gradients of Weight and Bias in float32 (returned in their own dtypes; when
 // Weight is also the embedding table, autodiff adds the lookup's gradient to it). The chunks are
 // unrolled and chained by exact-zero ties, so that XLA runs them one after the other and does not
@@ -73,16 +89,21 @@ func (l *chunkedLoss) sum(x *graph.Node, proj Projection) *graph.Node {
 // reads.
 type chunkedLoss struct {
 	x, weight, bias *graph.Node // x [tokens, width]; weight and bias cast to x's dtype, gradients stopped
-	labels          *graph.Node // [tokens, 1] int32
-	kept, scale     *graph.Node // [tokens] bool and weight (wide), or nil without weights
-	count           *graph.Node
-	classesFirst    bool
-	vocab           int
-	wide            dtypes.DType
-	xShape          shapes.Shape
-	weightDType     dtypes.DType
-	chunks          []span
-	logSumExp       []*graph.Node // per chunk [rows, 1]
+	// whole is the weight as given (gradient stopped): with several pieces, each piece is sliced
+	// from it and cast where it is multiplied, and weight is nil.
+	whole *graph.Node
+	// pieces are the classes each product takes (one span of the whole vocabulary when unsplit).
+	pieces       []span
+	labels       *graph.Node // [tokens, 1] int32
+	kept, scale  *graph.Node // [tokens] bool and weight (wide), or nil without weights
+	count        *graph.Node
+	classesFirst bool
+	vocab        int
+	wide         dtypes.DType
+	xShape       shapes.Shape
+	weightDType  dtypes.DType
+	chunks       []span
+	logSumExp    []*graph.Node // per chunk [rows, 1]
 	// countCorrect asks forward to sum into correct the weights of the tokens predicted right.
 	countCorrect bool
 	correct      *graph.Node
@@ -121,6 +142,9 @@ func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node,
 	if chunk < 1 {
 		panic(fmt.Sprintf("%s: the chunk must be at least 1 token, got %d", fn, chunk))
 	}
+	if proj.ClassChunk < 0 {
+		panic(fmt.Sprintf("%s: Projection.ClassChunk must be 0 (automatic) or a number of classes, got %d", fn, proj.ClassChunk))
+	}
 	tokens := labels.Shape().Size()
 	g := x.Graph()
 	bias := proj.Bias
@@ -134,10 +158,14 @@ func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node,
 	}
 	l := &chunkedLoss{
 		x:            graph.Reshape(graph.StopGradient(x), tokens, width),
-		weight:       graph.ConvertDType(w, x.DType()),
+		whole:        w,
 		labels:       graph.Reshape(graph.ConvertDType(labels, dtypes.Int32), tokens, 1),
 		classesFirst: proj.ClassesFirst, vocab: vocab, wide: statsDType(x.DType()),
 		xShape: x.Shape(), weightDType: w.DType(), chunks: spans(tokens, chunk),
+		pieces: classPieces(vocab, proj),
+	}
+	if len(l.pieces) == 1 {
+		l.weight = graph.ConvertDType(w, x.DType()) // once: every product takes it whole
 	}
 	if proj.Bias != nil {
 		l.bias = graph.Reshape(graph.ConvertDType(bias, x.DType()), 1, vocab)
@@ -159,26 +187,65 @@ func newChunkedLoss(x *graph.Node, proj Projection, labels, weights *graph.Node,
 	return l
 }
 
-// logits returns chunk c's logits [rows, vocab] in the wide dtype, computed in x's dtype from its
-// rows tied to deps.
-func (l *chunkedLoss) logits(c int, deps ...*graph.Node) (xc, logits *graph.Node) {
-	xc = after(sliceAxis(l.x, 0, l.chunks[c]), deps...)
-	contract := 1
-	if l.classesFirst {
-		contract = 0
+// classPieces cuts [0, vocab) into the pieces each product takes (Projection.ClassChunk): equal
+// pieces of at most the chunk, one span when the vocabulary is not split.
+func classPieces(vocab int, proj Projection) []span {
+	size := proj.ClassChunk
+	if size == 0 {
+		if !proj.Frozen {
+			return []span{{0, vocab}}
+		}
+		size = DefaultClassChunk
 	}
-	logits = graph.DotGeneral(xc, []int{1}, nil, l.weight, []int{1 - contract}, nil)
-	if l.bias != nil {
-		logits = graph.Add(logits, l.bias)
-	}
-	return xc, graph.ConvertDType(logits, l.wide)
+	n := (vocab + size - 1) / size
+	return spans(vocab, (vocab+n-1)/n)
 }
 
-// isLabel is true at each row's label: [rows, vocab].
-func (l *chunkedLoss) isLabel(c int) *graph.Node {
-	rows := l.chunks[c].len()
-	classes := graph.Iota(l.x.Graph(), shapes.Make(dtypes.Int32, rows, l.vocab), 1)
-	return graph.Equal(classes, graph.BroadcastToDims(sliceAxis(l.labels, 0, l.chunks[c]), rows, l.vocab))
+// classAxis is the weight's axis of classes.
+func (l *chunkedLoss) classAxis() int {
+	if l.classesFirst {
+		return 0
+	}
+	return 1
+}
+
+// rows returns chunk c's rows of x [rows, width], tied to deps.
+func (l *chunkedLoss) rows(c int, deps ...*graph.Node) *graph.Node {
+	return after(sliceAxis(l.x, 0, l.chunks[c]), deps...)
+}
+
+// logits returns the logits [rows, piece] of xc for piece p's classes in the wide dtype, computed
+// in x's dtype, and the weight's piece in x's dtype (the backward product takes it too). A piece
+// of a split vocabulary is sliced from the weight after deps exist, so that neither backend
+// computes (XLA: hoists, or merges with another chunk's) a piece before its product needs it.
+func (l *chunkedLoss) logits(xc *graph.Node, p int, deps ...*graph.Node) (logits, weight *graph.Node) {
+	weight = l.weight
+	if weight == nil {
+		weight = graph.ConvertDType(after(sliceAxis(l.whole, l.classAxis(), l.pieces[p]), deps...), l.x.DType())
+	}
+	logits = graph.DotGeneral(xc, []int{1}, nil, weight, []int{1 - l.classAxis()}, nil)
+	if l.bias != nil {
+		logits = graph.Add(logits, sliceAxis(l.bias, 1, l.pieces[p]))
+	}
+	return graph.ConvertDType(logits, l.wide), weight
+}
+
+// isLabel is true at each of chunk c's rows' label among piece p's classes: [rows, piece].
+func (l *chunkedLoss) isLabel(c, p int) *graph.Node {
+	rows, piece := l.chunks[c].len(), l.pieces[p]
+	g := l.x.Graph()
+	classes := graph.Iota(g, shapes.Make(dtypes.Int32, rows, piece.len()), 1)
+	labels := sliceAxis(l.labels, 0, l.chunks[c])
+	if piece.start != 0 {
+		labels = graph.Sub(labels, graph.Scalar(g, dtypes.Int32, piece.start))
+	}
+	return graph.Equal(classes, graph.BroadcastToDims(labels, rows, piece.len()))
+}
+
+// logSumExp returns the log-sum-exp of x [rows, n] along its last axis, [rows, 1].
+func logSumExp(x *graph.Node) *graph.Node {
+	maxX := graph.ReduceAndKeep(x, graph.ReduceMax, -1)
+	return graph.Add(graph.Log(graph.ReduceAndKeep(graph.Exp(graph.Sub(x, maxX)), graph.ReduceSum, -1)), maxX)
 }
 
 // forward returns the weighted sum of the tokens' cross-entropies and records each chunk's
@@ -186,11 +253,38 @@ func (l *chunkedLoss) isLabel(c int) *graph.Node {
 func (l *chunkedLoss) forward() *graph.Node {
 	var sum *graph.Node
 	for c, ch := range l.chunks {
-		_, logits := l.logits(c, sum)
-		maxLogit := graph.ReduceAndKeep(logits, graph.ReduceMax, -1)
-		lse := graph.Add(graph.Log(graph.ReduceAndKeep(graph.Exp(graph.Sub(logits, maxLogit)), graph.ReduceSum, -1)), maxLogit)
+		xc := l.rows(c, sum)
+		var lses []*graph.Node
+		var picked, best, argBest *graph.Node
+		var dep *graph.Node // the previous piece's log-sum-exp: the pieces run one after the other
+		for p, piece := range l.pieces {
+			logits, _ := l.logits(xc, p, sum, dep)
+			dep = logSumExp(logits)
+			lses = append(lses, dep)
+			picked = addOrSet(picked, graph.ReduceAndKeep(graph.Where(l.isLabel(c, p), logits, graph.ZerosLike(logits)), graph.ReduceSum, -1))
+			if !l.countCorrect {
+				continue
+			}
+			arg := graph.ArgMax(logits, -1, dtypes.Int32)
+			if len(l.pieces) == 1 {
+				argBest = arg
+				continue
+			}
+			// the first largest logit: a later piece wins only with a larger one
+			top := graph.ReduceMax(logits, -1)
+			if p == 0 {
+				best, argBest = top, arg
+				continue
+			}
+			arg = graph.Add(arg, graph.Scalar(xc.Graph(), dtypes.Int32, piece.start))
+			larger := graph.GreaterThan(top, best)
+			best, argBest = graph.Where(larger, top, best), graph.Where(larger, arg, argBest)
+		}
+		lse := lses[0]
+		if len(lses) > 1 {
+			lse = logSumExp(graph.Concatenate(lses, -1))
+		}
 		l.logSumExp = append(l.logSumExp, lse)
-		picked := graph.ReduceAndKeep(graph.Where(l.isLabel(c), logits, graph.ZerosLike(logits)), graph.ReduceSum, -1)
 		losses := graph.Reshape(graph.Sub(lse, picked), ch.len())
 		if l.scale != nil {
 			// Where, not a product: a token of weight 0 adds 0 even when its loss is not finite.
@@ -198,16 +292,17 @@ func (l *chunkedLoss) forward() *graph.Node {
 		}
 		sum = addOrSet(sum, graph.ReduceSum(losses, 0))
 		if l.countCorrect {
-			l.correct = addOrSet(l.correct, l.correctIn(c, logits))
+			l.correct = addOrSet(l.correct, l.correctIn(c, argBest))
 		}
 	}
 	return sum
 }
 
-// correctIn returns the summed weight of chunk c's tokens whose largest logit is their label.
-func (l *chunkedLoss) correctIn(c int, logits *graph.Node) *graph.Node {
+// correctIn returns the summed weight of chunk c's tokens whose largest logit is their label;
+// argMax [rows] holds each token's.
+func (l *chunkedLoss) correctIn(c int, argMax *graph.Node) *graph.Node {
 	ch := l.chunks[c]
-	hits := graph.Equal(graph.ArgMax(logits, -1, dtypes.Int32), graph.Reshape(sliceAxis(l.labels, 0, ch), ch.len()))
+	hits := graph.Equal(argMax, graph.Reshape(sliceAxis(l.labels, 0, ch), ch.len()))
 	if l.scale == nil {
 		return graph.ReduceSum(graph.ConvertDType(hits, l.wide), 0)
 	}
@@ -216,53 +311,66 @@ func (l *chunkedLoss) correctIn(c int, logits *graph.Node) *graph.Node {
 }
 
 // backward returns the gradients of x, the weight and the bias for the cotangent dSum of the sum:
-// d logits = (softmax - onehot)·weight·dSum, recomputed chunk by chunk.
+// d logits = (softmax - onehot)·weight·dSum, recomputed chunk by chunk and piece by piece. A
+// split vocabulary's pieces add their products to x's gradient in the wide dtype; the weight's and
+// the bias's gradients are accumulated per piece and joined at the end.
 func (l *chunkedLoss) backward(_, dSum *graph.Node) []*graph.Node {
 	dSum = graph.ConvertDType(dSum, l.wide)
 	dx := make([]*graph.Node, len(l.chunks))
-	var dW, dB *graph.Node
+	dW := make([]*graph.Node, len(l.pieces))
+	dB := make([]*graph.Node, len(l.pieces))
+	split := len(l.pieces) > 1
 	chain := []*graph.Node{dSum} // the recomputation starts once the cotangent exists
 	for c, ch := range l.chunks {
-		xc, logits := l.logits(c, chain...)
-		probs := graph.Exp(graph.Sub(logits, l.logSumExp[c]))
-		dLogits := graph.Sub(probs, graph.ConvertDType(l.isLabel(c), l.wide))
+		xc := l.rows(c, chain...)
 		coef := graph.BroadcastToDims(dSum, ch.len(), 1)
+		var kept *graph.Node
 		if l.scale != nil {
 			rows := graph.Reshape(sliceAxis(l.scale, 0, ch), ch.len(), 1)
-			coef = graph.Where(graph.Reshape(sliceAxis(l.kept, 0, ch), ch.len(), 1), graph.Mul(rows, coef), graph.ZerosLike(coef))
-			dLogits = graph.Where(graph.BroadcastToDims(graph.Reshape(sliceAxis(l.kept, 0, ch), ch.len(), 1), ch.len(), l.vocab),
-				graph.Mul(dLogits, coef), graph.ZerosLike(dLogits))
-		} else {
-			dLogits = graph.Mul(dLogits, coef)
+			kept = graph.Reshape(sliceAxis(l.kept, 0, ch), ch.len(), 1)
+			coef = graph.Where(kept, graph.Mul(rows, coef), graph.ZerosLike(coef))
 		}
-		if l.bias != nil && !l.frozen {
-			dB = addOrSet(dB, graph.ReduceSum(dLogits, 0))
+		var dxc *graph.Node
+		for p, piece := range l.pieces {
+			logits, weight := l.logits(xc, p, chain...)
+			probs := graph.Exp(graph.Sub(logits, l.logSumExp[c]))
+			dLogits := graph.Sub(probs, graph.ConvertDType(l.isLabel(c, p), l.wide))
+			if kept != nil {
+				dLogits = graph.Where(graph.BroadcastToDims(kept, ch.len(), piece.len()), graph.Mul(dLogits, coef), graph.ZerosLike(dLogits))
+			} else {
+				dLogits = graph.Mul(dLogits, coef)
+			}
+			if l.bias != nil && !l.frozen {
+				dB[p] = addOrSet(dB[p], graph.ReduceSum(dLogits, 0))
+			}
+			dl := graph.ConvertDType(dLogits, l.x.DType())                                // the product's dtype, as Dense's gradient
+			dxp := graph.DotGeneral(dl, []int{1}, nil, weight, []int{l.classAxis()}, nil) // [rows, width]
+			if split {
+				dxp = graph.ConvertDType(dxp, l.wide)
+			}
+			dxc = addOrSet(dxc, dxp)
+			chain = []*graph.Node{dxc}
+			if l.frozen {
+				continue
+			}
+			var dWp *graph.Node
+			if l.classesFirst {
+				dWp = graph.DotGeneral(dl, []int{0}, nil, xc, []int{0}, nil) // [piece, width]
+			} else {
+				dWp = graph.DotGeneral(xc, []int{0}, nil, dl, []int{0}, nil) // [width, piece]
+			}
+			dW[p] = addOrSet(dW[p], graph.ConvertDType(dWp, l.wide))
+			chain = append(chain, dW[p])
 		}
-		dl := graph.ConvertDType(dLogits, l.x.DType()) // the product's dtype, as Dense's gradient
-		classAxis := 1
-		if l.classesFirst {
-			classAxis = 0
-		}
-		dx[c] = graph.DotGeneral(dl, []int{1}, nil, l.weight, []int{classAxis}, nil) // [rows, width]
-		if l.frozen {
-			chain = []*graph.Node{dx[c]}
-			continue
-		}
-		var dWc *graph.Node
-		if l.classesFirst {
-			dWc = graph.DotGeneral(dl, []int{0}, nil, xc, []int{0}, nil) // [vocab, width]
-		} else {
-			dWc = graph.DotGeneral(xc, []int{0}, nil, dl, []int{0}, nil) // [width, vocab]
-		}
-		dW = addOrSet(dW, graph.ConvertDType(dWc, l.wide))
-		chain = []*graph.Node{dx[c], dW}
+		dx[c] = graph.ConvertDType(dxc, l.x.DType())
 	}
+	gradX := graph.Reshape(concatenate(dx, 0), l.xShape.Dimensions...)
 	if l.frozen {
-		return []*graph.Node{graph.Reshape(concatenate(dx, 0), l.xShape.Dimensions...)}
+		return []*graph.Node{gradX}
 	}
-	grads := []*graph.Node{graph.Reshape(concatenate(dx, 0), l.xShape.Dimensions...), dW}
+	grads := []*graph.Node{gradX, concatenate(dW, l.classAxis())}
 	if l.bias != nil {
-		grads = append(grads, dB)
+		grads = append(grads, concatenate(dB, 0))
 	}
 	return grads
 }

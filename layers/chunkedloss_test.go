@@ -26,10 +26,11 @@ type lossCase struct {
 	bias         bool
 	weights      string // "", "mask" or "float"
 	tied         bool   // x is an embedding lookup in the projection's weight, plus an input
+	classChunk   int    // Projection.ClassChunk: the vocabulary in pieces
 }
 
 func (c lossCase) String() string {
-	return fmt.Sprintf("chunk%d_first%t_bias%t_w%s_tied%t", c.chunk, c.classesFirst, c.bias, c.weights, c.tied)
+	return fmt.Sprintf("chunk%d_first%t_bias%t_w%s_tied%t_classes%d", c.chunk, c.classesFirst, c.bias, c.weights, c.tied, c.classChunk)
 }
 
 // lossCases: the first two also run on XLA.
@@ -40,6 +41,10 @@ var lossCases = []lossCase{
 	{chunk: 5, classesFirst: true, weights: "mask"},
 	{chunk: 14, bias: true},
 	{chunk: 100, classesFirst: true, tied: true},
+	// the vocabulary of 11 in pieces of 4, 4, 3 and of 6, 5
+	{chunk: 4, classesFirst: true, tied: true, weights: "mask", classChunk: 4},
+	{chunk: 3, bias: true, weights: "float", classChunk: 6},
+	{chunk: 5, classesFirst: true, bias: true, classChunk: 1},
 }
 
 // lossGradients returns the loss's sum and count and the gradients of the sum with respect to x,
@@ -60,7 +65,7 @@ func lossGradients(c lossCase, chunked bool, dtype dtypes.DType) func(xs []*grap
 		if c.tied {
 			h = graph.Add(graph.Mul(graph.Gather(w, graph.InsertAxes(tokens, -1)), x), x)
 		}
-		proj := layers.Projection{Weight: w, ClassesFirst: c.classesFirst}
+		proj := layers.Projection{Weight: w, ClassesFirst: c.classesFirst, ClassChunk: c.classChunk}
 		if c.bias {
 			proj.Bias = b
 		}
@@ -185,6 +190,7 @@ func TestChunkedCrossEntropyRejectsBadInput(t *testing.T) {
 		"does not take x's width":  {[]int{5, 11}, []int{2, 7}, 4},
 		"labels must be integers":  {[]int{6, 11}, []int{2, 6}, 4},
 		"chunk must be at least 1": {[]int{6, 11}, []int{2, 7}, 0},
+		"ClassChunk must be 0":     {[]int{6, 11}, []int{2, 7}, -1},
 	}
 	for want, c := range cases {
 		t.Run(want, func(t *testing.T) {
@@ -194,7 +200,11 @@ func TestChunkedCrossEntropyRejectsBadInput(t *testing.T) {
 				x := graph.Parameter(g, "x", shapes.Make(dtypes.Float32, 2, 7, 6))
 				w := graph.Parameter(g, "w", shapes.Make(dtypes.Float32, c.weight...))
 				labels := graph.Parameter(g, "labels", shapes.Make(dtypes.Int32, c.labels...))
-				layers.ChunkedCrossEntropySum(x, layers.Projection{Weight: w}, labels, nil, c.chunk)
+				chunk, classChunk := c.chunk, 0
+				if chunk < 0 { // a bad ClassChunk
+					chunk, classChunk = 4, chunk
+				}
+				layers.ChunkedCrossEntropySum(x, layers.Projection{Weight: w, ClassChunk: classChunk}, labels, nil, chunk)
 			})
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("got %v, want a panic saying %q", err, want)
@@ -274,7 +284,11 @@ func TestChunkedCrossEntropyAccuracyCountsArgMax(t *testing.T) {
 	}
 	weights := randomTensor(rng, lossBatch, lossSeq)
 	labelsT := tensors.FromFlatDataAndDimensions(labels, lossBatch, lossSeq)
-	for _, kind := range []string{"", "mask", "float"} {
+	for _, kind := range []string{"", "mask", "float", "mask/pieces"} {
+		classChunk := 0
+		if strings.HasSuffix(kind, "/pieces") {
+			kind, classChunk = strings.TrimSuffix(kind, "/pieces"), 3 // pieces of 3, 3, 3 and 2
+		}
 		got := testkit.Run(t, testkit.Embedded(), func(xs []*graph.Node) []*graph.Node {
 			var weights *graph.Node
 			switch kind {
@@ -283,7 +297,7 @@ func TestChunkedCrossEntropyAccuracyCountsArgMax(t *testing.T) {
 			case "float":
 				weights = graph.Abs(graph.ConvertDType(xs[3], dtypes.Float32))
 			}
-			h, proj := graph.ConvertDType(xs[0], dtypes.Float32), layers.Projection{Weight: graph.ConvertDType(xs[1], dtypes.Float32)}
+			h, proj := graph.ConvertDType(xs[0], dtypes.Float32), layers.Projection{Weight: graph.ConvertDType(xs[1], dtypes.Float32), ClassChunk: classChunk}
 			sum, count, correct := layers.ChunkedCrossEntropyAccuracy(h, proj, xs[2], weights, 5)
 			plainSum, _ := layers.ChunkedCrossEntropySum(h, proj, xs[2], weights, 5)
 			return []*graph.Node{sum, count, correct, plainSum, graph.Gradient(sum, h)[0], graph.Gradient(plainSum, h)[0]}
