@@ -67,6 +67,12 @@ type Config struct {
 	// keeps on the device while it runs (StreamStats.DevicePeakBytes). A step that would use more
 	// stops with an error naming the program and the bytes. 0 sets no limit.
 	DeviceBudget int64
+	// SerialHostUpdate, with Offload OffloadParams, updates every stage on the host after the
+	// backward pass, as the optimizer offload does: the step's time is then the device's plus the
+	// host update's. By default (false) the host updates each stage as soon as its gradients are
+	// on the host, while the device computes the next stage's backward pass (stream_host.go); both
+	// give the same weights, bit for bit. Set it to compare the two.
+	SerialHostUpdate bool
 	// Devices runs the step on several devices of an XLA backend (see Devices); zero is one device.
 	Devices Devices
 	// LoRA trains low-rank adapters on the model's projections (layers.LoRA: rank, alpha,

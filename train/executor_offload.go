@@ -183,7 +183,7 @@ func (o *offloadExecutor) prepare(t *Trainer) error {
 	if err := t.Ctx.InitializeVariables(t.Backend, nil); err != nil {
 		return fmt.Errorf("initializing the variables on the device: %w", err)
 	}
-	if o.update, err = newHostUpdate(t, o.host, map[string][]*context.Variable{"all": o.trainable}, []string{"all"}); err != nil {
+	if o.update, err = newHostUpdate(t, o.host, map[string][]*context.Variable{"all": o.trainable}, []string{"all"}, nil); err != nil {
 		return fmt.Errorf("the host update: %w", err)
 	}
 	o.hostVars, err = o.update.variables()

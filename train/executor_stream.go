@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/gomlx/gomlx/backends"
 	"github.com/gomlx/gomlx/pkg/core/graph"
@@ -27,16 +28,17 @@ import (
 //   - backward, in reverse: the head computes each micro-batch's loss and its cotangent; each
 //     stage's weights go to the device again, the stage is recomputed and differentiated per
 //     micro-batch, its float32 gradients summed over the micro-batches on the device and brought
-//     to the host;
+//     to the host in the background (stream_download.go) while the device goes on;
 //   - a LoRA run's frozen base (Config.LoRA: float in BaseDType, or quantized for QLoRA, NF4's
 //     0.52 bytes a parameter) stays in host memory as it is and crosses the bus with its stage, once
 //     per step and direction; it takes no gradient and no host update: only the adapters do. A
 //     stage without trainable variables (the embedding, under LoRA) is not run backward;
-//   - the host update (hostUpdate, the optimizer offload's) applies the run's optimizer chain
-//     (loss-scale check and atomic skip, clipping, Adam, 8-bit Adam, Adafactor) to all parameters
-//     at once, after the last gradients arrived: under a loss scale a non-finite gradient in any
-//     block must leave every parameter unchanged, and the global-norm clipping needs every
-//     gradient, so the update waits for the whole backward pass.
+//   - the host update (hostUpdate, the optimizer offload's: the run's chain, loss-scale check and
+//     atomic skip, clipping, Adam, 8-bit Adam, Adafactor) updates each stage as soon as its
+//     gradients are on the host, while the device computes the next stage's backward pass
+//     (stream_host.go): under a loss scale or a clip, which need every gradient, it speculates
+//     and puts back from an undo record what the step's decision does not keep, so every weight
+//     ends as in the update after the whole backward pass (Config.SerialHostUpdate), bit for bit.
 //
 // One program per kind of stage serves every instance of it: all blocks share one forward and one
 // backward program, so compile time does not grow with depth. The math is the whole step's (the
@@ -64,6 +66,23 @@ type StreamStats struct {
 	HostSeconds     float64 `json:"host_seconds"`
 	UploadSeconds   float64 `json:"upload_seconds"`
 	DeviceSeconds   float64 `json:"device_seconds"`
+	// DownloadSeconds is the gradients' transfers' time (the step waits for them); HostWaitSeconds
+	// the time the step waited for the host update after the backward pass (all of HostSeconds
+	// when serialized; the last stage's update and what the host had not finished when
+	// overlapped); StepSeconds the step's wall time. Overlapped says the host updated each stage
+	// while the device computed the next (Config.SerialHostUpdate false).
+	DownloadSeconds float64 `json:"download_seconds"`
+	HostWaitSeconds float64 `json:"host_wait_seconds"`
+	StepSeconds     float64 `json:"step_seconds"`
+	Overlapped      bool    `json:"overlapped"`
+	// OverlapRatio is StepSeconds over the step's longest part (DeviceSeconds, BusSeconds,
+	// HostSeconds, each measured in the same step): 1 when the parts overlap perfectly, their sum
+	// over the longest when they run one after the other.
+	OverlapRatio float64 `json:"overlap_ratio"`
+	// Speculated counts the host stages updated before the step's decision (under a loss scale or
+	// a clip), Undone those of them the decision put back (a skipped step, an active clip).
+	Speculated int `json:"speculated,omitempty"`
+	Undone     int `json:"undone,omitempty"`
 	// DevicePeakBytes is the largest device footprint of the step: at a program's run, its
 	// memory by XLA's account (arguments, outputs, temporaries, code; on the embedded backend,
 	// which reports none, its arguments and outputs) plus the other buffers the step kept on the
@@ -78,13 +97,27 @@ func (s *StreamStats) Mean(later []Stats) Stats {
 		return s
 	}
 	m := meanOfLater(later, func(s *StreamStats) []*float64 {
-		return []*float64{&s.TransferSeconds, &s.HostSeconds, &s.UploadSeconds, &s.DeviceSeconds}
+		return []*float64{&s.TransferSeconds, &s.HostSeconds, &s.UploadSeconds, &s.DeviceSeconds, &s.DownloadSeconds, &s.HostWaitSeconds, &s.StepSeconds}
 	})
 	m.DevicePeakBytes = s.DevicePeakBytes
 	for _, l := range later {
 		m.DevicePeakBytes = max(m.DevicePeakBytes, l.(*StreamStats).DevicePeakBytes)
 	}
+	m.OverlapRatio = m.overlapRatio()
 	return m
+}
+
+// BusSeconds is the busier direction of the bus: the weights' uploads or the gradients'
+// downloads (each direction has its own lanes).
+func (s *StreamStats) BusSeconds() float64 { return max(s.UploadSeconds, s.DownloadSeconds) }
+
+// overlapRatio is OverlapRatio from the times (0 without a step time).
+func (s *StreamStats) overlapRatio() float64 {
+	longest := max(s.DeviceSeconds, s.BusSeconds(), s.HostSeconds)
+	if longest <= 0 || s.StepSeconds <= 0 {
+		return 0
+	}
+	return s.StepSeconds / longest
 }
 
 // Bound names what bounds a streamed step, the largest of its parts: "the bus" (the weights'
@@ -107,6 +140,12 @@ func (s *StreamStats) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "%-22s %s to the device, %s back per step; %.1f ms waiting for transfers (uploads %.1f ms, overlapped), %.1f ms on the device, %.1f ms host update: bound by %s\n",
 		"streamed (params)", analysis.FormatBytes(s.BytesToDevice), analysis.FormatBytes(s.BytesToHost), 1e3*s.TransferSeconds, 1e3*s.UploadSeconds,
 		1e3*s.DeviceSeconds, 1e3*s.HostSeconds, s.Bound())
+	how := "overlapped with the device"
+	if !s.Overlapped {
+		how = "serialized, after the backward pass"
+	}
+	fmt.Fprintf(w, "%-22s %.1f ms a step, %.2fx its longest part; host update %s (waited %.1f ms after the backward pass)\n",
+		"streamed step", 1e3*s.StepSeconds, s.OverlapRatio, how, 1e3*s.HostWaitSeconds)
 	fmt.Fprintf(w, "%-22s %s\n", "largest device use", analysis.FormatBytes(s.DevicePeakBytes))
 }
 
@@ -121,8 +160,16 @@ type streamExecutor struct {
 	embed, block, head *streamStage
 	update             *hostUpdate
 	last               *StreamStats
+	// hostAt are the host update's stages by position in the backward pass (backwardOrder), nil
+	// for an instance without trainable variables of its own.
+	hostAt []*hostengine.Stage
 	// compiled is each program's device memory by XLA's account, once known.
 	compiled map[*graph.Graph]int64
+	// syncDownloads brings each stage's gradient sums to the host before the next stage runs
+	// (stream_download.go): under a device budget, in the first step and while a step's peak
+	// without sums on their way plus the largest stage's sums (largestSums) exceeds the budget.
+	syncDownloads bool
+	largestSums   int64
 }
 
 func (s *streamExecutor) DeviceStep() accum.StepFn { return s.t.deviceGradientsFn() }
@@ -144,6 +191,7 @@ func (s *streamExecutor) start() error {
 	}
 	s.host = host
 	s.compiled = map[*graph.Graph]int64{}
+	s.syncDownloads = t.Config.DeviceBudget > 0
 	if err := s.discover(); err != nil {
 		return err
 	}
@@ -162,16 +210,6 @@ func (s *streamExecutor) start() error {
 	return nil
 }
 
-// startHost prepares the host update of the trainable variables (creating and initializing the
-// optimizer's state on the host engine).
-func (s *streamExecutor) startHost() error {
-	var err error
-	if s.update, err = newHostUpdate(s.t, s.host, map[string][]*context.Variable{"all": s.trainable}, []string{"all"}); err != nil {
-		return fmt.Errorf("Config.Offload params: the host update: %w", err)
-	}
-	return nil
-}
-
 // run runs one streamed step.
 func (s *streamExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph.Graph, error) {
 	if s.host == nil {
@@ -180,7 +218,10 @@ func (s *streamExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph
 			return nil, nil, err
 		}
 	}
-	sp := &streamPass{s: s, k: s.t.Config.microBatches()}
+	sp := &streamPass{s: s, k: s.t.Config.microBatches(), start: time.Now()}
+	if !s.t.Config.SerialHostUpdate {
+		sp.host = s.startHostRun()
+	}
 	defer sp.free()
 	if err := sp.forward(batch); err != nil {
 		return nil, nil, err
@@ -213,5 +254,5 @@ func (s *streamExecutor) Close() {
 		s.host.Finalize()
 	}
 	s.embed, s.block, s.head, s.update, s.host = nil, nil, nil, nil, nil
-	s.stageLayout = nil
+	s.stageLayout, s.hostAt = nil, nil
 }

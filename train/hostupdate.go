@@ -24,8 +24,10 @@ type hostUpdate struct {
 }
 
 // newHostUpdate prepares the update of the trainable variables on backend, one stage per set (a
-// variable in one set only), creating and initializing the optimizer's state there.
-func newHostUpdate(t *Trainer, backend backends.Backend, sets map[string][]*context.Variable, order []string) (*hostUpdate, error) {
+// variable in one set only), in order, creating and initializing the optimizer's state there. A
+// set named in like runs the graph update of the stage like names (created before it:
+// hostengine.Engine.StageLike, a block like another), whose program it shares.
+func newHostUpdate(t *Trainer, backend backends.Backend, sets map[string][]*context.Variable, order []string, like map[string]string) (*hostUpdate, error) {
 	chain, err := t.Chain()
 	if err != nil {
 		return nil, err
@@ -35,8 +37,15 @@ func newHostUpdate(t *Trainer, backend backends.Backend, sets map[string][]*cont
 		return nil, err
 	}
 	h := &hostUpdate{t: t, engine: engine}
+	byName := map[string]*hostengine.Stage{}
 	for _, name := range order {
-		s, err := engine.Stage(name, sets[name])
+		var s *hostengine.Stage
+		if other, ok := like[name]; ok && byName[other] != nil {
+			s, err = engine.StageLike(name, sets[name], byName[other])
+		} else {
+			s, err = engine.Stage(name, sets[name])
+		}
+		byName[name] = s
 		if err != nil {
 			h.close()
 			return nil, err
@@ -58,39 +67,52 @@ func newHostUpdate(t *Trainer, backend backends.Backend, sets map[string][]*cont
 // divide by denominator, 1 for means) to every stage, and returns the step's finite flag and the
 // moving-average loss of loss, as StepFn's last two outputs.
 func (h *hostUpdate) run(grads map[*context.Variable]*tensors.Tensor, loss, denominator float32) ([]*tensors.Tensor, error) {
-	step, err := h.engine.Begin(denominator)
+	apply, err := h.apply(grads, denominator)
 	if err != nil {
 		return nil, err
+	}
+	return h.outputs(loss, apply)
+}
+
+// apply runs one step of the chain on every stage, after every gradient arrived, and reports
+// whether the step applied.
+func (h *hostUpdate) apply(grads map[*context.Variable]*tensors.Tensor, denominator float32) (bool, error) {
+	step, err := h.engine.Begin(denominator)
+	if err != nil {
+		return false, err
 	}
 	stageGrads := make([][]*tensors.Tensor, len(h.stages))
 	for i, s := range h.stages {
 		for _, v := range s.Variables() {
 			g := grads[v]
 			if g == nil {
-				return nil, fmt.Errorf("the host update: no gradient of %s", v.ScopeAndName())
+				return false, fmt.Errorf("the host update: no gradient of %s", v.ScopeAndName())
 			}
 			stageGrads[i] = append(stageGrads[i], g)
 		}
 		if step.Checks() {
 			if err := step.Check(s, stageGrads[i]); err != nil {
-				return nil, err
+				return false, err
 			}
 		}
 	}
 	apply, err := step.Decide()
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	if apply {
 		for i, s := range h.stages {
 			if _, err := step.Update(s, stageGrads[i]); err != nil {
-				return nil, err
+				return false, err
 			}
 		}
 	}
-	if err := step.Finish(); err != nil {
-		return nil, err
-	}
+	return apply, step.Finish()
+}
+
+// outputs are StepFn's last two outputs for a step that applied or not: its finite flag and the
+// moving-average loss of loss.
+func (h *hostUpdate) outputs(loss float32, apply bool) ([]*tensors.Tensor, error) {
 	mean, err := h.mean.Exec(loss, apply)
 	if err != nil {
 		return nil, fmt.Errorf("the moving-average loss: %w", err)

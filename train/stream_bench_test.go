@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onegpu/onegpu/analysis"
+	"github.com/onegpu/onegpu/data"
 	"github.com/onegpu/onegpu/internal/testkit"
 	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
@@ -144,5 +145,82 @@ func BenchmarkStreamedCompile(b *testing.B) {
 		b.ReportMetric((streamCompile+updateCompile).Seconds()/wholeCompile.Seconds(), "staged-compile-ratio")
 		b.ReportMetric(streamConcurrent.Seconds()/wholeCompile.Seconds(), "concurrent-compile-ratio")
 		b.ReportMetric((streamBuild+streamCompile).Seconds()/(wholeBuild+wholeCompile).Seconds(), "build+compile-ratio")
+	}
+}
+
+var (
+	overlapLayers    = flag.Int("overlap.layers", 24, "BenchmarkStreamedOverlap: the small GPT's layers")
+	overlapSeq       = flag.Int("overlap.seq", 16, "BenchmarkStreamedOverlap: the sequence length")
+	overlapBatch     = flag.Int("overlap.batch", 2, "BenchmarkStreamedOverlap: sequences per step")
+	overlapOptimizer = flag.String("overlap.optimizer", "adam", "BenchmarkStreamedOverlap: the optimizer (optim.ByName)")
+	overlapPolicy    = flag.String("overlap.policy", "float32", "BenchmarkStreamedOverlap: the precision policy (mixed.ParsePolicy)")
+	overlapClip      = flag.Float64("overlap.clip", 0, "BenchmarkStreamedOverlap: the global-norm clip (0: none)")
+	overlapSteps     = flag.Int("overlap.steps", 6, "BenchmarkStreamedOverlap: steps per run (the first, which compiles, is not counted)")
+	overlapRounds    = flag.Int("overlap.rounds", 2, "BenchmarkStreamedOverlap: runs of each kind, alternated")
+)
+
+// BenchmarkStreamedOverlap trains the small GPT (hidden 256, vocabulary 256) streamed on XLA, deep
+// and with few tokens a step so that the host update is a fair share of the step, with the host
+// update overlapped (the default) and serialized (Config.SerialHostUpdate), alternated in the same
+// run, and reports for each the step time, the device's, the bus's and the host update's (means of
+// every step but the first) and the step over its longest part (StreamStats.OverlapRatio); and the
+// overlapped step over the serialized one. E.g.
+//
+//	go test ./train/ -run XXX -bench StreamedOverlap -benchtime 1x -overlap.layers 24
+func BenchmarkStreamedOverlap(b *testing.B) {
+	backend := testkit.RequireXLA(b)
+	gpt := models.Presets["small"]
+	gpt.Layers, gpt.SeqLen, gpt.Dropout = *overlapLayers, *overlapSeq, 0
+	policy, err := mixed.ParsePolicy(*overlapPolicy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt, err := optim.ByName(*overlapOptimizer, optim.Settings{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	config := train.Config{Model: models.GPT{Config: gpt}, Batch: *overlapBatch, Policy: policy, Optimizer: opt, ClipNorm: *overlapClip,
+		Offload: train.OffloadParams, Schedule: optim.Constant(1e-3), Seed: 1}
+	batches, err := data.NewSyntheticTokens(config.Batch, gpt.SeqLen, gpt.Vocab, 3)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d parameters, %d tokens a step, %s", gpt.Params(), config.Batch*gpt.SeqLen, opt)
+	for range b.N {
+		sums := map[bool]train.StreamStats{}
+		for range *overlapRounds {
+			for _, serial := range []bool{false, true} {
+				config.SerialHostUpdate = serial
+				tr, err := train.New(backend, config)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h, err := tr.Run(batches, train.RunOptions{Steps: *overlapSteps})
+				tr.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, sum := h.Offload.(*train.StreamStats), sums[serial]
+				sum.StepSeconds += s.StepSeconds / float64(*overlapRounds)
+				sum.DeviceSeconds += s.DeviceSeconds / float64(*overlapRounds)
+				sum.UploadSeconds += s.UploadSeconds / float64(*overlapRounds)
+				sum.DownloadSeconds += s.DownloadSeconds / float64(*overlapRounds)
+				sum.HostSeconds += s.HostSeconds / float64(*overlapRounds)
+				sum.HostWaitSeconds += s.HostWaitSeconds / float64(*overlapRounds)
+				sums[serial] = sum
+				b.Logf("serial %v: step %.1f ms, device %.1f, bus %.1f, host %.1f (waited %.1f): %.2fx the longest", serial, 1e3*s.StepSeconds,
+					1e3*s.DeviceSeconds, 1e3*s.BusSeconds(), 1e3*s.HostSeconds, 1e3*s.HostWaitSeconds, s.OverlapRatio)
+			}
+		}
+		for serial, name := range map[bool]string{false: "overlapped", true: "serialized"} {
+			s := sums[serial]
+			longest := max(s.DeviceSeconds, s.BusSeconds(), s.HostSeconds)
+			b.ReportMetric(1e3*s.StepSeconds, name+"-step-ms")
+			b.ReportMetric(1e3*s.DeviceSeconds, name+"-device-ms")
+			b.ReportMetric(1e3*s.BusSeconds(), name+"-bus-ms")
+			b.ReportMetric(1e3*s.HostSeconds, name+"-host-ms")
+			b.ReportMetric(s.StepSeconds/longest, name+"-step/longest")
+		}
+		b.ReportMetric(sums[false].StepSeconds/sums[true].StepSeconds, "overlapped/serialized")
 	}
 }

@@ -55,6 +55,9 @@ func (p *streamPass) account(st *streamStage, g *graph.Graph, args, outs []*tens
 	if p.next != nil {
 		live += p.next.bytes // the next instance's weights, on their way
 	}
+	if p.downloads != nil {
+		live += p.downloads.pending // the last stage's gradient sums, on their way
+	}
 	footprint := live + program
 	p.stats.DevicePeakBytes = max(p.stats.DevicePeakBytes, footprint)
 	if budget := s.t.Config.DeviceBudget; budget > 0 && footprint > budget {

@@ -33,6 +33,12 @@ type streamPass struct {
 	transfer time.Duration // waiting for uploads and downloads
 	upload   time.Duration // the uploads' own time, hidden behind computation or not
 	device   time.Duration
+	// host is the step's host update running beside the device (nil: serialized, after the
+	// backward pass); start is when the step began.
+	host  *hostRun
+	start time.Time
+	// downloads bring the gradient sums to the host in the background (stream_download.go).
+	downloads *downloads
 	// order lists the stage instances' sources in the order the step binds them; at is the next
 	// one's index and next its upload, under way.
 	order [][]*context.Variable
@@ -110,6 +116,7 @@ func (p *streamPass) backward() error {
 	s, device := p.s, p.s.t.Backend
 	n := s.model.Blocks()
 	p.grads = map[*context.Variable]*tensors.Tensor{}
+	p.startDownloads()
 	p.dxs = make([]*tensors.Tensor, p.k)
 	nm := len(s.t.Config.Model.MetricNames())
 	p.metrics = make([][2]float32, nm)
@@ -138,7 +145,10 @@ func (p *streamPass) backward() error {
 		}
 	}
 	s.unbind(s.head)
-	if err := p.download(s.head, s.headVars); err != nil {
+	if p.host != nil {
+		p.host.begin(p.denominator())
+	}
+	if err := p.download(s.head, s.headVars, 0); err != nil {
 		return err
 	}
 	for i := n - 1; i >= 0; i-- {
@@ -158,12 +168,12 @@ func (p *streamPass) backward() error {
 			}
 		}
 		s.unbind(s.block)
-		if err := p.download(s.block, s.blockVars[i]); err != nil {
+		if err := p.download(s.block, s.blockVars[i], n-i); err != nil {
 			return err
 		}
 	}
 	if len(s.embed.trainable) == 0 {
-		return nil // nothing to differentiate (a LoRA run's frozen embedding)
+		return p.downloads.wait() // nothing to differentiate (a LoRA run's frozen embedding)
 	}
 	if err := p.bind(s.embed, s.embedVars); err != nil {
 		return err
@@ -180,26 +190,45 @@ func (p *streamPass) backward() error {
 		}
 	}
 	s.unbind(s.embed)
-	return p.download(s.embed, s.embedVars)
+	if err := p.download(s.embed, s.embedVars, n+1); err != nil {
+		return err
+	}
+	return p.downloads.wait()
 }
+
+// denominator is what the step's gradient sums divide by: the loss's count times the exact
+// normalization each micro-batch's loss sum was multiplied by (1 for no count).
+func (p *streamPass) denominator() float32 { return nonZero32(p.count * float32(p.s.norm)) }
 
 // update runs the host's update and returns the step's outputs as StepFn's: the loss, the
 // metrics, the count, the finite flag and the moving-average loss.
 func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 	s := p.s
-	denominator := p.count * float32(s.norm)
 	loss := p.lossSum / nonZero32(p.count)
-	for _, v := range s.trainable {
-		if p.grads[v] == nil {
-			return nil, nil, fmt.Errorf("Config.Offload params: no stage computed the gradient of %s", v.ScopeAndName())
-		}
-	}
 	start := time.Now()
-	hostOuts, err := s.update.run(p.grads, loss, nonZero32(denominator))
+	var apply bool
+	var err error
+	if p.host != nil {
+		apply, err = p.host.finish()
+		p.stats.HostSeconds = p.host.busy.Seconds()
+		p.stats.Speculated, p.stats.Undone = p.host.speculated, p.host.undone
+	} else {
+		for _, v := range s.trainable {
+			if p.grads[v] == nil {
+				return nil, nil, fmt.Errorf("Config.Offload params: no stage computed the gradient of %s", v.ScopeAndName())
+			}
+		}
+		apply, err = s.update.apply(p.grads, p.denominator())
+		p.stats.HostSeconds = time.Since(start).Seconds()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the host's optimizer update: %w", err)
 	}
-	p.stats.HostSeconds = time.Since(start).Seconds()
+	p.stats.HostWaitSeconds = time.Since(start).Seconds()
+	hostOuts, err := s.update.outputs(loss, apply)
+	if err != nil {
+		return nil, nil, err
+	}
 	if p.rng != nil {
 		if err := s.rngVar().SetValue(p.rng); err != nil {
 			return nil, nil, err
@@ -213,6 +242,12 @@ func (p *streamPass) update() ([]*tensors.Tensor, *graph.Graph, error) {
 	outs = append(outs, tensors.FromScalar(p.count))
 	p.stats.TransferSeconds, p.stats.DeviceSeconds = p.transfer.Seconds(), p.device.Seconds()
 	p.stats.UploadSeconds = p.upload.Seconds()
+	p.stats.Overlapped = p.host != nil
+	if s.syncDownloads { // the sums may go on while the next stage runs if the budget has room
+		s.syncDownloads = p.stats.DevicePeakBytes+s.largestSums > s.t.Config.DeviceBudget
+	}
+	p.stats.StepSeconds = time.Since(p.start).Seconds()
+	p.stats.OverlapRatio = p.stats.overlapRatio()
 	last := p.stats
 	s.last = &last
 	return append(outs, hostOuts...), p.ran, nil
@@ -362,59 +397,6 @@ func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backwar
 	return outs, nil
 }
 
-// download brings a stage's gradient sums to the host, adding them to those of the same
-// variables from other stages (tied weights).
-func (p *streamPass) download(st *streamStage, sources []*context.Variable) error {
-	start := time.Now()
-	defer func() { p.transfer += time.Since(start) }()
-	acc := p.acc
-	p.acc = nil
-	if len(acc) != len(st.trainable) {
-		return fmt.Errorf("Config.Offload params: the %s stage's program returned %d gradients for %d trainable variables", st.name, len(acc), len(st.trainable))
-	}
-	for k, j := range st.trainable {
-		grad, src := acc[k], sources[j]
-		if err := grad.ToLocal(); err != nil {
-			return fmt.Errorf("bringing the gradient of %s to the host: %w", src.ScopeAndName(), err)
-		}
-		p.stats.BytesToHost += int64(grad.Memory())
-		if sum := p.grads[src]; sum != nil {
-			if err := addInto(sum, grad); err != nil {
-				return fmt.Errorf("the gradient of %s: %w", src.ScopeAndName(), err)
-			}
-			grad.FinalizeAll()
-			continue
-		}
-		p.grads[src] = grad
-	}
-	return nil
-}
-
-// addInto adds b to a, element by element (float32 or float64).
-func addInto(a, b *tensors.Tensor) error {
-	if !a.Shape().Equal(b.Shape()) {
-		return fmt.Errorf("adding gradients of shapes %s and %s", a.Shape(), b.Shape())
-	}
-	var err error
-	b.ConstFlatData(func(bf any) {
-		a.MutableFlatData(func(af any) {
-			switch av := af.(type) {
-			case []float32:
-				for i, x := range bf.([]float32) {
-					av[i] += x
-				}
-			case []float64:
-				for i, x := range bf.([]float64) {
-					av[i] += x
-				}
-			default:
-				err = fmt.Errorf("gradients of dtype %s", a.DType())
-			}
-		})
-	})
-	return err
-}
-
 // splitRows cuts t into k equal parts along axis 0, as local tensors.
 func splitRows(t *tensors.Tensor, k int) ([]*tensors.Tensor, error) {
 	if k == 1 {
@@ -440,8 +422,15 @@ func splitRows(t *tensors.Tensor, k int) ([]*tensors.Tensor, error) {
 	return parts, err
 }
 
-// free releases what a failed step left on the device, and an upload under way.
+// free releases what a failed step left on the device, and an upload under way, and stops the
+// host update of a step that failed.
 func (p *streamPass) free() {
+	if p.downloads != nil {
+		_ = p.downloads.wait() // before the host update stops: they feed it
+	}
+	if p.host != nil {
+		p.host.abandon()
+	}
 	if p.next != nil {
 		<-p.next.done
 		freeAll(p.next.clones)

@@ -103,8 +103,10 @@ func TestStreamedMatchesWholeStep(t *testing.T) {
 // TestStreamedTechniques: the streamed step keeps every technique of the whole step: bfloat16
 // compute with remat of the MLP and attention (losses within 1e-3 relative over streamSteps), a
 // dynamic loss scale with 8-bit Adam (within 1e-5), a loss scale so large that every step's
-// gradients overflow (every step skipped by both, nothing updated), and dropout with one
-// micro-batch (the same masks: within 1e-5).
+// gradients overflow (every step skipped by both, nothing updated), a global-norm clip that acts
+// after the host updated the first stages (undone and updated again clipped: within 1e-5, the
+// host sums the norm's squares in float64), and dropout with one micro-batch (the same masks:
+// within 1e-5).
 func TestStreamedTechniques(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 4 runs twice")
@@ -124,6 +126,7 @@ func TestStreamedTechniques(t *testing.T) {
 			c.Optimizer, c.LossScale = optim.Adam8bit().Done(), mixed.NewDynamicLossScale()
 		}, 1e-5},
 		{"overflow", func(c *train.Config) { c.LossScale = mixed.StaticLossScale(3e38) }, 0},
+		{"clip", func(c *train.Config) { c.LossScale, c.ClipNorm = mixed.NewDynamicLossScale(), 1 }, 1e-5},
 		{"dropout", func(c *train.Config) {
 			c.MicroBatches = 1
 			editGPT(c, func(g *models.GPTConfig) { g.Dropout = 0.1 })

@@ -28,6 +28,7 @@ var flagNames = strings.NewReplacer(
 	"Config.Devices.Count", "--devices",
 	"Config.Devices.Shard", "--shard",
 	"Config.DeviceBudget", "--budget",
+	"Config.SerialHostUpdate", "--host-update",
 	"Config.MicroBatches", "--microbatches",
 	"Config.CrossEntropy", "--cross-entropy",
 	"Config.Attention", "--attention",

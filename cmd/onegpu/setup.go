@@ -31,7 +31,7 @@ type setup struct {
 	batch, microBatches                                           int
 	learningRate, dropout, weightDecay, clipNorm                  float64
 	devices                                                       int
-	shard, optimizer, offload                                     string
+	shard, optimizer, offload, hostUpdate                         string
 	attention, crossEntropy                                       string
 	seq                                                           int
 	seed                                                          uint64
@@ -60,6 +60,8 @@ func (s *setup) register(fs *flag.FlagSet, defaultModel, defaultPreset string) {
 	fs.StringVar(&s.offload, "offload", "none", "offload: none, optimizer (the optimizer's state and update live in host memory, on the embedded backend; the device computes loss and gradients)\n"+
 		"or params (the float32 master weights, gradients and optimizer state live in host memory; the model streams through the device a block at a time: gpt and llama)\n"+
 		"or staged (nothing offloaded: the step runs a stage at a time on the device, one program per kind of stage, so compile time does not grow with depth: gpt and llama)")
+	fs.StringVar(&s.hostUpdate, "host-update", "overlap", "with --offload params: when the host updates a stage, overlap (as soon as its gradients are on the host, while the device\n"+
+		"computes the next stage's backward pass; the same weights bit for bit) or serial (every stage after the backward pass, to compare)")
 	fs.Uint64Var(&s.seed, "seed", 42, "seed of the initial weights, dropout and data")
 	fs.Float64Var(&s.learningRate, "lr", 0, "peak learning rate of the model's schedule (the tutorial's warm-up/exponential decay; constant for mlp), positive (default: the preset's; 1e-3 for mlp)")
 	fs.StringVar(&s.backend, "backend", "", `backend: "go" (embedded, default) or "xla:/abs/path/plugin.so"; default from $GOMLX_BACKEND or $ONEGPU_PJRT_PLUGIN`)
@@ -173,6 +175,14 @@ func (s *setup) config() (train.Config, error) {
 	c.ClipNorm = s.clipNorm
 	if c.Offload, err = train.ParseOffload(s.offload); err != nil {
 		return c, err
+	}
+	switch {
+	case set["host-update"] && c.Offload != train.OffloadParams:
+		return c, fmt.Errorf("--host-update %s does not apply: the host updates stages with --offload params only", s.hostUpdate)
+	case s.hostUpdate == "serial":
+		c.SerialHostUpdate = true
+	case s.hostUpdate != "overlap":
+		return c, fmt.Errorf("--host-update %q: use overlap or serial", s.hostUpdate)
 	}
 	if s.policy != "" {
 		if c.Policy, err = mixed.ParsePolicy(s.policy); err != nil {

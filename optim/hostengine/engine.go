@@ -141,6 +141,11 @@ type Stage struct {
 	// like's place for it: like's (the first) and this stage's, weights and optimizer state.
 	like *Stage
 	swap [][2]*context.Variable
+	// mutable are the variables the update overwrites (masters and optimizer state), in the
+	// context's order; undo their values before this step's update once saved (Save).
+	mutable []*context.Variable
+	undo    []any
+	saved   bool
 }
 
 // Stage returns the stage of vars: trainable variables of the engine's context, each in at most one
@@ -200,6 +205,11 @@ func (s *Stage) createState() error {
 	p, err := analysis.ContextProgram(e.cfg.Backend, e.cfg.Ctx, "host_state_"+s.name, s.inputShapes(), s.updateFn)
 	if err != nil {
 		return fmt.Errorf("hostengine: stage %q's update: %w", s.name, err)
+	}
+	for v := range e.cfg.Ctx.IterVariables() {
+		if v.ChangedInGraph(p.Graph) { // the step-wide scalars are held, not changed (holdStepWide)
+			s.mutable = append(s.mutable, v)
+		}
 	}
 	p.Graph.Finalize()
 	if err := e.cfg.Ctx.InitializeVariables(e.cfg.Backend, nil); err != nil {
@@ -301,8 +311,17 @@ func (e *Engine) Commit() error {
 		}
 	}
 	clear(e.pending)
-	e.step = nil
+	e.endStep()
 	return nil
+}
+
+// endStep forgets the step's scalars and the stages' undo records (the next step's updates start
+// from other values).
+func (e *Engine) endStep() {
+	e.step = nil
+	for _, s := range e.stages {
+		s.saved = false
+	}
 }
 
 // discard drops the step's uncommitted values (a skipped step).
@@ -313,7 +332,7 @@ func (e *Engine) discard() {
 		t.FinalizeAll()
 	}
 	clear(e.pending)
-	e.step = nil
+	e.endStep()
 }
 
 // Close frees the stages' compiled programs and any uncommitted values (the variables keep theirs).

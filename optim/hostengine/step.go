@@ -28,6 +28,9 @@ type Step struct {
 	finite      bool
 	squares     map[*context.Variable]float32
 	checked     map[*Stage]bool
+	// updated are the stages whose update this step stands; speculated those of them updated
+	// before Decide (Speculate), which Decide may undo.
+	updated, speculated map[*Stage]bool
 	// decided says Decide ran; apply that the step updates, with clip the clip factor.
 	decided, apply bool
 	clip           float32
@@ -40,7 +43,8 @@ func (e *Engine) Begin(denominator float32) (*Step, error) {
 	if chain == nil {
 		return nil, fmt.Errorf("hostengine: Begin runs the chain's step: give Config.Chain (or call Stage.Update and Commit)")
 	}
-	st := &Step{e: e, denominator: denominator, lossScale: 1, finite: true, squares: map[*context.Variable]float32{}, checked: map[*Stage]bool{}}
+	st := &Step{e: e, denominator: denominator, lossScale: 1, finite: true, squares: map[*context.Variable]float32{}, checked: map[*Stage]bool{},
+		updated: map[*Stage]bool{}, speculated: map[*Stage]bool{}}
 	if !chain.ChecksFinite() {
 		return st, nil
 	}
@@ -100,7 +104,10 @@ func (st *Step) Check(s *Stage, grads []*tensors.Tensor) error {
 }
 
 // Decide runs the chain's step-wide part from the stages' partial results and reports whether the
-// step applies (false: a loss-scaled step whose gradients are not finite, skipped).
+// step applies (false: a loss-scaled step whose gradients are not finite, skipped). It undoes the
+// speculated updates (Speculate) the decision does not keep: all of them when the step is skipped
+// or clipped (a factor below 1). Update then updates each stage whose update does not stand
+// (Updated).
 func (st *Step) Decide() (bool, error) {
 	e, chain := st.e, st.e.cfg.Chain
 	if st.decided {
@@ -133,7 +140,7 @@ func (st *Step) Decide() (bool, error) {
 	st.clip = outs[0].Value().(float32)
 	outs[0].FinalizeAll()
 	st.apply = st.finite || !chain.ChecksFinite()
-	return st.apply, nil
+	return st.apply, st.undo()
 }
 
 // Update updates stage s with its gradients (Stage.Update with the step's scaling), after Decide
@@ -146,10 +153,16 @@ func (st *Step) Update(s *Stage, grads []*tensors.Tensor) ([]*tensors.Tensor, er
 		return nil, fmt.Errorf("hostengine: stage %q updated in a skipped step", s.name)
 	case st.Checks() && !st.checked[s]:
 		return nil, fmt.Errorf("hostengine: stage %q updated without its Check: the chain's step-wide part needs every stage's", s.name)
+	case st.updated[s]:
+		return nil, fmt.Errorf("hostengine: stage %q updated twice in a step", s.name)
 	}
 	scaling := st.scaling()
 	scaling.Clip = st.clip
-	return s.Update(grads, scaling)
+	params, err := s.Update(grads, scaling)
+	if err == nil {
+		st.updated[s] = true
+	}
+	return params, err
 }
 
 // Finish ends the step: the step-wide scalars take their new values (Commit), or keep theirs for
@@ -157,6 +170,15 @@ func (st *Step) Update(s *Stage, grads []*tensors.Tensor) ([]*tensors.Tensor, er
 func (st *Step) Finish() error {
 	if st.apply && st.decided {
 		return st.e.Commit()
+	}
+	if !st.decided { // a step given up before Decide: its speculations are undone
+		st.apply = false
+		st.e.mu.Lock()
+		err := st.undo()
+		st.e.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	st.e.discard()
 	return nil
