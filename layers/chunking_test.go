@@ -36,6 +36,26 @@ func TestParseAttention(t *testing.T) {
 	}
 }
 
+func TestParseMLP(t *testing.T) {
+	for s, want := range map[string]layers.MLP{"plain": {}, "chunked": {Chunk: layers.DefaultMLPChunk}, "chunked=100": {Chunk: 100}} {
+		got, err := layers.ParseMLP(s)
+		if err != nil || got != want {
+			t.Errorf("ParseMLP(%q) = %+v, %v; want %+v", s, got, err, want)
+		}
+		if again, err := layers.ParseMLP(got.String()); err != nil || again != got {
+			t.Errorf("ParseMLP(%q.String() = %q) = %+v, %v", s, got.String(), again, err)
+		}
+	}
+	for _, s := range []string{"tiled", "chunked=0", "chunked=", "plain=3"} {
+		if _, err := layers.ParseMLP(s); err == nil || !strings.Contains(err.Error(), "mlp") {
+			t.Errorf("ParseMLP(%q): got %v, want an error naming the mlp", s, err)
+		}
+	}
+	if err := (layers.MLP{Chunk: -1}).Validate(); err == nil {
+		t.Error("MLP{Chunk: -1}.Validate() = nil, want an error")
+	}
+}
+
 func TestParseCrossEntropy(t *testing.T) {
 	for s, want := range map[string]layers.CrossEntropy{
 		"plain": {}, "chunked": {Chunk: layers.DefaultCrossEntropyChunk}, "chunked=100": {Chunk: 100},

@@ -121,7 +121,7 @@ func (m Llama) decoderLayer(ctx *context.Context, x *graph.Node, attend func(ctx
 	}
 	whole := func(ctx *context.Context, in []*graph.Node) []*graph.Node {
 		x := graph.Add(in[0], remat.Block(ctx, "attn", attn, in[0])[0])
-		return []*graph.Node{graph.Add(x, remat.Block(ctx, "mlp", mlp, x)[0])}
+		return []*graph.Node{graph.Add(x, remat.Block(ctx, "mlp", layers.TiledBranch(mlp), x)[0])}
 	}
 	return remat.Block(ctx, "block", whole, x)[0]
 }

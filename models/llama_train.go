@@ -19,6 +19,10 @@ import (
 // (RMSNorm and attention) and "mlp" (RMSNorm and SwiGLU).
 func (Llama) RematKinds() []string { return []string{KindBlock, KindMLP, KindAttention} }
 
+// TilesMLP says the Llama's MLP branch (RMSNorm and SwiGLU, position-wise) computes a chunk of
+// the sequence at a time when the run asks (train.Config.MLP, layers.TiledBranch).
+func (Llama) TilesMLP() bool { return true }
+
 // InputShapes are the tokens and the targets of batch sequences, [batch, SeqLen] int32 each, and
 // when Packed their segments, positions (int32) and loss weights (float32), [batch, SeqLen] each.
 func (m Llama) InputShapes(batch int) []shapes.Shape {

@@ -91,6 +91,8 @@ func TestChunkingErrors(t *testing.T) {
 		{func(c *train.Config) { c.CrossEntropy = layers.CrossEntropy{Chunk: -1} }, "cross-entropy chunk -1"},
 		{func(c *train.Config) { *c = smallMLP(t); c.CrossEntropy = layers.CrossEntropy{Chunk: 8} }, "is not a language model"},
 		{func(c *train.Config) { *c = smallMLP(t); c.Attention = layers.Attention{Chunked: true} }, "no attention or token loss to chunk"},
+		{func(c *train.Config) { c.MLP = layers.MLP{Chunk: -1} }, "mlp chunk -1"},
+		{func(c *train.Config) { c.MLP = layers.MLP{Chunk: 8} }, "computes its MLP whole"},
 	} {
 		c := tinyConfig(t)
 		tc.change(&c)

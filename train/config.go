@@ -42,6 +42,11 @@ type Config struct {
 	// once (the zero value) or Chunk tokens at a time (layers.ChunkedCrossEntropySum), set on the
 	// context (layers.SetCrossEntropy) as Attention is; it may change on resume too.
 	CrossEntropy layers.CrossEntropy
+	// MLP says how a language model's MLP computes: the whole sequence at once (the zero value) or
+	// Chunk positions at a time, each chunk rematerialized (layers.TiledBranch), set on the context
+	// (layers.SetMLP) as Attention is; it may change on resume too. Only a model whose MLP reads
+	// it (MLPTiler: the Llama family) takes a chunk.
+	MLP layers.MLP
 	// Optimizer applies the gradients: optim.Adam().Done(), optim.AdamW().WeightDecay(0.01).Done(),
 	// optim.Adam8bit().Done(), optim.ByName("adam", ...) or a type of your own (optim.Optimizer);
 	// its hyperparameters, epsilon and weight decay among them, are its own. Nil is the tutorial's
@@ -220,6 +225,13 @@ func (c Config) validateChunking() error {
 	}
 	if err := c.CrossEntropy.Validate(); err != nil {
 		return err
+	}
+	if err := c.MLP.Validate(); err != nil {
+		return err
+	}
+	if t, ok := c.Model.(MLPTiler); c.MLP.Chunk > 0 && (!ok || !t.TilesMLP()) {
+		return fmt.Errorf("Config.MLP %s: %s computes its MLP whole (it is not a train.MLPTiler: the Llama family is); use plain (the zero layers.MLP)",
+			c.MLP, describeModel(c.Model))
 	}
 	if _, ok := c.Model.(LanguageModel); !ok && (c.Attention.Chunked || c.CrossEntropy.Chunk > 0) {
 		return fmt.Errorf("attention %s, cross-entropy %s: %s is not a language model (train.LanguageModel), it has no attention or token loss to chunk; "+

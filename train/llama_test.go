@@ -8,6 +8,7 @@ import (
 	"github.com/gomlx/gomlx/pkg/core/dtypes"
 
 	"github.com/onegpu/onegpu/data"
+	"github.com/onegpu/onegpu/layers"
 	"github.com/onegpu/onegpu/mixed"
 	"github.com/onegpu/onegpu/models"
 	"github.com/onegpu/onegpu/optim"
@@ -57,7 +58,8 @@ func llamaLosses(t *testing.T, backend backends.Backend, config train.Config, st
 // host give its losses bit for bit (the same math, recomputed or elsewhere), 4 micro-batches
 // within 1e-5 relative (exact token-weighted means, summed in another order), bfloat16 compute
 // within 2e-2; 8-bit Adam and Adafactor start from the same loss (the same initial weights) and
-// lower it. With the XLA plugin (not -short), 2 devices give one device's losses within 1e-5.
+// lower it. The MLP a chunk of 24 positions at a time (each chunk rematerialized; whole layers
+// too) within 1e-6 (the weights' gradients summed chunk by chunk). With the XLA plugin (not -short), 2 devices give one device's losses within 1e-5.
 func TestLlamaTechniques(t *testing.T) {
 	t.Parallel()
 	checkTechniques(t, llamaReference(t), []technique{
@@ -72,6 +74,10 @@ func TestLlamaTechniques(t *testing.T) {
 		{"adam8bit", func(c *train.Config) { c.Optimizer = mustOptimizer(t, "adam8bit") }, -1, false, true},
 		{"adafactor", func(c *train.Config) { c.Optimizer = mustOptimizer(t, "adafactor") }, -1, false, false},
 		{"2 devices", func(c *train.Config) { c.Devices = train.Devices{Count: 2} }, 1e-5, true, false},
+		{"mlp chunked", func(c *train.Config) { c.MLP = layers.MLP{Chunk: 24} }, 1e-6, false, true},
+		{"mlp chunked, remat block", func(c *train.Config) {
+			c.MLP, c.Remat.Kinds = layers.MLP{Chunk: 24}, []string{models.KindBlock}
+		}, 1e-6, false, false},
 	})
 }
 

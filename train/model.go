@@ -44,6 +44,12 @@ type LanguageModel interface {
 	TokenShape() (seqLen, vocab int)
 }
 
+// MLPTiler is a model whose MLP can compute a chunk of the sequence at a time (its MLP branches
+// are layers.TiledBranch): Config.MLP applies to it.
+type MLPTiler interface {
+	TilesMLP() bool
+}
+
 // describeModel is what a checkpoint records of a model: its String, or its Go type.
 func describeModel(m Model) string {
 	if s, ok := m.(fmt.Stringer); ok {

@@ -32,6 +32,8 @@ type Settings struct {
 	// (layers.SetAttention, layers.SetCrossEntropy); the zero values compute them whole.
 	Attention    layers.Attention
 	CrossEntropy layers.CrossEntropy
+	// MLP says how the MLPs compute (layers.SetMLP); the zero value, the whole sequence at once.
+	MLP layers.MLP
 	// LoRA adapts the model's projections (layers.SetLoRA) and BaseDType is its frozen weights'
 	// dtype (the param dtype of the policy set on the context; the adapters keep Policy's): see
 	// Config.LoRA. The zero LoRA adapts nothing.
@@ -43,7 +45,7 @@ type Settings struct {
 // attention, cross-entropy and adapters.
 func (c Config) Settings() Settings {
 	return Settings{Training: true, Policy: c.Policy, Remat: c.Remat, Attention: c.Attention, CrossEntropy: c.CrossEntropy,
-		LoRA: c.LoRA, BaseDType: c.BaseDType}
+		MLP: c.MLP, LoRA: c.LoRA, BaseDType: c.BaseDType}
 }
 
 // Apply sets s on ctx's scope (the root scope, for a whole model) for the graph g being built:
@@ -64,6 +66,7 @@ func (s Settings) Apply(ctx *context.Context, g *graph.Graph) {
 	remat.SetBlocks(ctx, remat.With(s.Remat.Policy), s.Remat.Kinds...)
 	layers.SetAttention(ctx, s.Attention)
 	layers.SetCrossEntropy(ctx, s.CrossEntropy)
+	layers.SetMLP(ctx, s.MLP)
 }
 
 // without returns s with the remat kind taken out of its remat kinds, the others kept (with

@@ -9,11 +9,13 @@ import (
 	"github.com/onegpu/onegpu/train"
 )
 
-// registerChunking adds the flags of a language model's sequence and of how its attention and
-// loss compute: --seq, --attention and --cross-entropy.
+// registerChunking adds the flags of a language model's sequence and of how its attention, MLP
+// and loss compute: --seq, --attention, --mlp and --cross-entropy.
 func (s *setup) registerChunking(fs *flag.FlagSet) {
 	fs.IntVar(&s.seq, "seq", 0, "tokens per sequence, for any preset of a language model (default: the preset's)")
 	chunkingFlags(fs, &s.attention, &s.crossEntropy)
+	fs.StringVar(&s.mlp, "mlp", "plain", fmt.Sprintf("the MLP (the Llama family's): plain (the whole sequence at once) or chunked[=CHUNK] "+
+		"(CHUNK positions of each sequence at a time, each chunk recomputed in the backward pass; default %d)", layers.DefaultMLPChunk))
 }
 
 // chunkingFlags adds --attention and --cross-entropy (train's, memory's, ..., eval's) to fs.
@@ -43,11 +45,14 @@ func parseChunking(attention, crossEntropy string) (layers.Attention, layers.Cro
 func (s *setup) applyChunking(c *train.Config, family recipes.Family, set map[string]bool) error {
 	if family.WithSeq == nil {
 		return notApplicable(set, fmt.Sprintf("the %s is not a language model: it has no sequence, attention or token loss", s.model),
-			"seq", "attention", "cross-entropy")
+			"seq", "attention", "cross-entropy", "mlp")
 	}
 	var err error
 	if c.Attention, c.CrossEntropy, err = parseChunking(s.attention, s.crossEntropy); err != nil {
 		return err
+	}
+	if c.MLP, err = layers.ParseMLP(s.mlp); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	if !set["seq"] {
 		return nil
@@ -61,13 +66,17 @@ func (s *setup) applyChunking(c *train.Config, family recipes.Family, set map[st
 	return nil
 }
 
-// chunkingNote is ", attention A, cross-entropy C" for a run that chunks either, "" otherwise: a
-// part of a configuration's description.
+// chunkingNote is ", attention A, cross-entropy C" for a run that chunks either (and ", mlp M"
+// for one that chunks its MLP), "" otherwise: a part of a configuration's description.
 func chunkingNote(c train.Config) string {
-	if !c.Attention.Chunked && c.CrossEntropy.Chunk == 0 {
-		return ""
+	note := ""
+	if c.Attention.Chunked || c.CrossEntropy.Chunk > 0 {
+		note = fmt.Sprintf(", attention %s, cross-entropy %s", describeAttention(c), c.CrossEntropy)
 	}
-	return fmt.Sprintf(", attention %s, cross-entropy %s", describeAttention(c), c.CrossEntropy)
+	if c.MLP.Chunk > 0 {
+		note += fmt.Sprintf(", mlp %s", c.MLP)
+	}
+	return note
 }
 
 // describeAttention is c's attention as --attention reads it, with the blocks it chooses itself

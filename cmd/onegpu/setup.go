@@ -32,7 +32,7 @@ type setup struct {
 	learningRate, dropout, weightDecay, clipNorm                  float64
 	devices                                                       int
 	shard, optimizer, offload, hostUpdate                         string
-	attention, crossEntropy                                       string
+	attention, crossEntropy, mlp                                  string
 	seq                                                           int
 	seed                                                          uint64
 	xlaPresets                                                    presetFlags
