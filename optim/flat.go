@@ -201,6 +201,11 @@ func convertOut(out any, at int, values []float32) {
 	}
 }
 
+// BFloat16Nearest writes src rounded to bfloat16 into dst (of src's length), to nearest with ties to
+// even as XLA converts, eight lanes at a time with AVX2 on amd64: the host's copy of float32 values
+// a device program converts to bfloat16, bit for bit.
+func BFloat16Nearest(dst []bfloat16.BFloat16, src []float32) { convertOut(dst, 0, src) }
+
 // bfloat16ToNearest rounds x to bfloat16, to nearest with ties to even, as XLA converts (GoMLX's
 // bfloat16.FromFloat32 truncates); a NaN stays a NaN.
 func bfloat16ToNearest(x float32) bfloat16.BFloat16 {

@@ -170,6 +170,9 @@ type streamExecutor struct {
 	// without sums on their way plus the largest stage's sums (largestSums) exceeds the budget.
 	syncDownloads bool
 	largestSums   int64
+	// copies are the bfloat16 copies of the masters the stages read in bfloat16, which go over
+	// the bus in their place (stream_narrow.go); nil when none do.
+	copies *narrowCopies
 }
 
 func (s *streamExecutor) DeviceStep() accum.StepFn { return s.t.deviceGradientsFn() }
@@ -201,6 +204,9 @@ func (s *streamExecutor) start() error {
 	if err := s.startHost(); err != nil {
 		return err
 	}
+	if s.copies, err = s.newNarrowCopies(); err != nil {
+		return err
+	}
 	s.embed, s.block, s.head = s.newStage("embed", s.embedVars), s.newStage("block", s.blockVars[0]), s.newStage("head", s.headVars)
 	for kind, st := range []*streamStage{s.embed, s.block, s.head} {
 		if err := s.compile(st, stageKind(kind)); err != nil {
@@ -217,6 +223,9 @@ func (s *streamExecutor) Run(batch []*tensors.Tensor) ([]*tensors.Tensor, *graph
 			s.Close()
 			return nil, nil, err
 		}
+	}
+	if s.copies != nil {
+		s.copies.next()
 	}
 	sp := &streamPass{s: s, k: s.t.Config.microBatches(), start: time.Now()}
 	if !s.t.Config.SerialHostUpdate {
@@ -254,5 +263,8 @@ func (s *streamExecutor) Close() {
 		s.host.Finalize()
 	}
 	s.embed, s.block, s.head, s.update, s.host = nil, nil, nil, nil, nil
-	s.stageLayout, s.hostAt = nil, nil
+	if s.copies != nil {
+		s.copies.close()
+	}
+	s.stageLayout, s.hostAt, s.copies = nil, nil, nil
 }

@@ -27,6 +27,9 @@ type stageLayout struct {
 	blockVars           [][]*context.Variable
 	// trainable are the trainable variables the stages use, in the context's order.
 	trainable []*context.Variable
+	// narrow are, by stage function (embed, block 0's scope, head), its float32 variables that it
+	// reads only converted to the compute dtype (stream_narrow.go).
+	narrow map[string]map[*context.Variable]bool
 }
 
 // newStageLayout returns t's layout before its variables are known (enough to build programs for

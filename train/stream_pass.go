@@ -280,9 +280,16 @@ type pendingUpload struct {
 // startUpload sends sources to the device in the background.
 func (p *streamPass) startUpload(sources []*context.Variable) *pendingUpload {
 	u := &pendingUpload{done: make(chan struct{})}
-	for _, src := range sources {
+	var narrow []bool
+	if p.s.copies != nil {
+		narrow = p.s.narrowAt(sources)
+	}
+	for j, src := range sources {
 		if src != p.s.rngVar() {
 			u.bytes += int64(src.Shape().Memory())
+		}
+		if narrow != nil && narrow[j] {
+			u.bytes += int64(src.Shape().Memory()) / 2 // the bfloat16 copy, until widened
 		}
 	}
 	go func() {

@@ -67,6 +67,10 @@ func (s *stageLayout) stageVariables(name string, inputs []shapes.Shape, fn accu
 	}
 	defer p.Graph.Finalize()
 	vars := usedVariables(s.t.Ctx, p.Graph)
+	if s.narrow == nil {
+		s.narrow = map[string]map[*context.Variable]bool{}
+	}
+	s.narrow[name] = narrowVariables(p.Graph, vars, s.t.Config.Policy.Compute)
 	for _, v := range vars {
 		if v.ChangedInGraph(p.Graph) && v != s.rngVar() {
 			return nil, fmt.Errorf("Config.Offload %s: the %s stage changes the variable %s: a stage may change the random state only",
@@ -287,8 +291,17 @@ const (
 func (s *streamExecutor) upload(sources []*context.Variable) ([]*tensors.Tensor, int64, error) {
 	var sent int64
 	clones := make([]*tensors.Tensor, len(sources))
+	var narrow []bool
+	if s.copies != nil {
+		narrow = s.narrowAt(sources)
+		var err error
+		if sent, err = s.sendNarrow(sources, narrow, clones); err != nil {
+			freeAll(clones)
+			return nil, sent, err
+		}
+	}
 	for j, src := range sources {
-		if src == s.rngVar() {
+		if src == s.rngVar() || (narrow != nil && narrow[j]) {
 			continue
 		}
 		value, err := src.Value()

@@ -2,6 +2,7 @@ package train_test
 
 import (
 	"fmt"
+	"github.com/gomlx/gomlx/pkg/core/dtypes"
 	"math"
 	"path/filepath"
 	"slices"
@@ -63,7 +64,7 @@ func sameLosses(t *testing.T, want, got *train.History, tol float64) {
 // with remat within 1e-3 on the embedded backend (not in -short; on XLA, TestStreamedLlama's
 // bfloat16 case streams bfloat16 with remat: compiling the GPT's too took 72 of this test's 148 s).
 // Per step each stage's weights cross twice (once for the head, whose one program computes the
-// loss and its gradients) and every gradient once.
+// loss and its gradients; in bfloat16 under a bfloat16 compute policy) and every gradient once.
 func TestStreamedMatchesWholeStep(t *testing.T) {
 	t.Parallel()
 	bf16, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
@@ -86,12 +87,10 @@ func TestStreamedMatchesWholeStep(t *testing.T) {
 				streamed, got := runOffload(t, backend, config, streamSteps, "")
 				defer streamed.Close()
 				sameLosses(t, want, got, tol)
-				stats, gpt := streamStats(t, streamed.ExecutorStats()), gptOf(config)
-				head := int64(4 * (gpt.Hidden*gpt.Vocab + gpt.Vocab + 2*gpt.Hidden)) // post_norm and output_layer
-				tokens := int64(2 * 4 * config.Batch * gpt.SeqLen)
-				if params := 4 * gpt.Params(); stats.BytesToHost != params || stats.BytesToDevice != 2*params-head+tokens {
-					t.Errorf("traffic %+v: want %d bytes of weights twice but the head's once, and the tokens (%d), to the device, and %d of gradients back",
-						stats, params, tokens, params)
+				stats, params := streamStats(t, streamed.ExecutorStats()), 4*gptOf(config).Params()
+				if want := streamedUpload(config); stats.BytesToHost != params || stats.BytesToDevice != want {
+					t.Errorf("traffic %+v: want %d bytes to the device (the weights twice but the head's once, in the compute dtype, and the tokens), and %d of gradients back",
+						stats, want, params)
 				}
 				t.Logf("per step: %d bytes to the device, %d back, %.1f ms moving, %.1f ms host update",
 					stats.BytesToDevice, stats.BytesToHost, 1e3*stats.TransferSeconds, 1e3*stats.HostSeconds)
@@ -181,6 +180,20 @@ func TestStreamedCheckpointsResumeEitherWay(t *testing.T) {
 			sameLosses(t, want, &train.History{Steps: append(h1.Steps, h2.Steps...)}, 1e-5)
 		})
 	}
+}
+
+// streamedUpload is the bytes a streamed step of config (a GPT) sends to the device: each stage's
+// weights twice but the head's once (its one program computes the loss and its gradients), every
+// weight in bfloat16 under a bfloat16 compute policy (the tiny GPT reads each so, the embedding
+// table after its gather), and the tokens and targets (int32) for the two passes.
+func streamedUpload(config train.Config) int64 {
+	gpt := gptOf(config)
+	head := int64(4 * (gpt.Hidden*gpt.Vocab + gpt.Vocab + 2*gpt.Hidden)) // post_norm and output_layer
+	weights := 2*4*gpt.Params() - head
+	if config.Policy.Compute == dtypes.BFloat16 {
+		weights /= 2
+	}
+	return weights + int64(2*4*config.Batch*gpt.SeqLen)
 }
 
 // TestStreamedRefuses: a model that does not run as stages, bfloat16 master weights and several
