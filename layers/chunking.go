@@ -141,23 +141,35 @@ type CrossEntropy struct {
 
 // ParseCrossEntropy reads "plain", "chunked" (DefaultCrossEntropyChunk) or "chunked=CHUNK".
 func ParseCrossEntropy(s string) (CrossEntropy, error) {
-	kind, size, err := parseChunking(s, "cross-entropy", "plain|chunked[=CHUNK]")
-	if err != nil || kind == "plain" {
-		return CrossEntropy{}, err
-	}
-	if size == "" {
-		return CrossEntropy{Chunk: DefaultCrossEntropyChunk}, nil
-	}
-	chunk, err := positive(size, "cross-entropy chunk")
+	chunk, err := parseChunk(s, "cross-entropy", DefaultCrossEntropyChunk)
 	return CrossEntropy{Chunk: chunk}, err
 }
 
 // String is the form ParseCrossEntropy reads.
-func (c CrossEntropy) String() string {
-	if c.Chunk == 0 {
+func (c CrossEntropy) String() string { return chunkString(c.Chunk) }
+
+// parseChunk reads "plain" (0), "chunked" (def) or "chunked=CHUNK" for what ("cross-entropy").
+func parseChunk(s, what string, def int) (int, error) {
+	kind, size, err := parseChunking(s, what, "plain|chunked[=CHUNK]")
+	switch {
+	case err != nil || kind == "plain":
+		return 0, err
+	case size == "":
+		return def, nil
+	}
+	chunk, err := positive(size, what+" chunk")
+	if err != nil {
+		return 0, err
+	}
+	return chunk, nil
+}
+
+// chunkString is the form parseChunk reads.
+func chunkString(chunk int) string {
+	if chunk == 0 {
 		return "plain"
 	}
-	return fmt.Sprintf("chunked=%d", c.Chunk)
+	return fmt.Sprintf("chunked=%d", chunk)
 }
 
 // Validate returns an error for a negative chunk.

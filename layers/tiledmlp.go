@@ -25,24 +25,12 @@ type MLP struct {
 
 // ParseMLP reads "plain", "chunked" (DefaultMLPChunk) or "chunked=CHUNK".
 func ParseMLP(s string) (MLP, error) {
-	kind, size, err := parseChunking(s, "mlp", "plain|chunked[=CHUNK]")
-	if err != nil || kind == "plain" {
-		return MLP{}, err
-	}
-	if size == "" {
-		return MLP{Chunk: DefaultMLPChunk}, nil
-	}
-	chunk, err := positive(size, "mlp chunk")
+	chunk, err := parseChunk(s, "mlp", DefaultMLPChunk)
 	return MLP{Chunk: chunk}, err
 }
 
 // String is the form ParseMLP reads.
-func (m MLP) String() string {
-	if m.Chunk == 0 {
-		return "plain"
-	}
-	return fmt.Sprintf("chunked=%d", m.Chunk)
-}
+func (m MLP) String() string { return chunkString(m.Chunk) }
 
 // Validate returns an error for a negative chunk.
 func (m MLP) Validate() error {
