@@ -156,13 +156,7 @@ func (s *streamExecutor) newNarrowCopies() (*narrowCopies, error) {
 	if !some {
 		return nil, nil
 	}
-	widen, err := graph.NewExec(s.t.Backend, func(in []*graph.Node) []*graph.Node {
-		out := make([]*graph.Node, len(in))
-		for i, x := range in {
-			out[i] = graph.ConvertDType(x, dtypes.Float32)
-		}
-		return out
-	})
+	widen, err := graph.NewExec(s.t.Backend, func(x *graph.Node) *graph.Node { return graph.ConvertDType(x, dtypes.Float32) })
 	if err != nil {
 		return nil, fmt.Errorf("Config.Offload params: the program widening the bfloat16 weights: %w", err)
 	}
@@ -170,12 +164,10 @@ func (s *streamExecutor) newNarrowCopies() (*narrowCopies, error) {
 }
 
 // sendNarrow sends the sources marked narrow (at) as their bfloat16 copies and widens them on the
-// device into clones; it returns the bytes sent.
+// device into clones, one at a time (the device holds one bfloat16 copy beside the float32 values:
+// narrowTransient); it returns the bytes sent.
 func (s *streamExecutor) sendNarrow(sources []*context.Variable, at []bool, clones []*tensors.Tensor) (int64, error) {
 	var sent int64
-	var sends []*tensors.Tensor
-	var where []int
-	defer func() { freeAll(sends) }()
 	for j, src := range sources {
 		if !at[j] {
 			continue
@@ -189,23 +181,26 @@ func (s *streamExecutor) sendNarrow(sources []*context.Variable, at []bool, clon
 			return sent, fmt.Errorf("sending %s to the device in bfloat16: %w", src.ScopeAndName(), err)
 		}
 		sent += int64(dev.Memory())
-		sends, where = append(sends, dev), append(where, j)
-	}
-	if len(sends) == 0 {
-		return 0, nil
-	}
-	args := make([]any, len(sends))
-	for i, t := range sends {
-		args[i] = t
-	}
-	wide, err := s.copies.widen.Exec(args...)
-	if err != nil {
-		return sent, fmt.Errorf("widening the bfloat16 weights on the device: %w", err)
-	}
-	for i, j := range where {
-		clones[j] = wide[i]
+		wide, err := s.copies.widen.Exec(dev)
+		dev.FinalizeAll()
+		if err != nil {
+			return sent, fmt.Errorf("widening %s on the device: %w", src.ScopeAndName(), err)
+		}
+		clones[j] = wide[0]
 	}
 	return sent, nil
+}
+
+// narrowTransient is the device bytes an upload of sources holds beside their float32 values: the
+// largest bfloat16 copy, until widened.
+func narrowTransient(sources []*context.Variable, at []bool) int64 {
+	var most int64
+	for j, src := range sources {
+		if at[j] {
+			most = max(most, int64(src.Shape().Memory())/2)
+		}
+	}
+	return most
 }
 
 // next starts a step: every copy is converted again before its first upload.

@@ -280,17 +280,13 @@ type pendingUpload struct {
 // startUpload sends sources to the device in the background.
 func (p *streamPass) startUpload(sources []*context.Variable) *pendingUpload {
 	u := &pendingUpload{done: make(chan struct{})}
-	var narrow []bool
-	if p.s.copies != nil {
-		narrow = p.s.narrowAt(sources)
-	}
-	for j, src := range sources {
+	for _, src := range sources {
 		if src != p.s.rngVar() {
 			u.bytes += int64(src.Shape().Memory())
 		}
-		if narrow != nil && narrow[j] {
-			u.bytes += int64(src.Shape().Memory()) / 2 // the bfloat16 copy, until widened
-		}
+	}
+	if p.s.copies != nil {
+		u.bytes += narrowTransient(sources, p.s.narrowAt(sources))
 	}
 	go func() {
 		defer close(u.done)
