@@ -29,9 +29,11 @@ var (
 // whole step of the same run (a GPT preset at -staged.seq, -staged.batch in -staged.microbatches,
 // -staged.policy, -staged.remat, Adam, no dropout): after each has compiled and run one step, they
 // alternate -staged.steps steps each, so that both see the same load, and it reports each one's
-// median milliseconds per step and their ratio (staged/whole). With remat of whole blocks both
-// recompute each block once; without it the staged step still does (its backward program
-// recomputes the block from its kept input), with remat inside the block it recomputes twice. E.g.
+// median milliseconds per step and their ratio (staged/whole), and the ratio of their median CPU
+// times (cpu-staged/whole: the process's, steadier than wall time on a shared machine). With
+// remat of whole blocks both recompute each block once; without it the staged step still does
+// (its backward program recomputes the block from its kept input), with remat inside the block it
+// recomputes twice. E.g.
 //
 //	go test ./train/ -run XXX -bench StagedStep -benchtime 1x -staged.seq 2048
 func BenchmarkStagedStep(b *testing.B) {
@@ -68,14 +70,15 @@ func BenchmarkStagedStep(b *testing.B) {
 		trainers[mode] = tr
 	}
 	for range b.N {
-		times := map[train.Offload][]float64{}
+		times, cpu := map[train.Offload][]float64{}, map[train.Offload][]float64{}
 		for i := range *stagedSteps {
 			for _, mode := range []train.Offload{train.OffloadNone, train.OffloadStaged} {
-				start := time.Now()
+				start, startCPU := time.Now(), testkit.CPUTime(b)
 				if _, err := trainers[mode].Step(batches.Batch(1 + i)); err != nil {
 					b.Fatal(err)
 				}
 				times[mode] = append(times[mode], 1e3*time.Since(start).Seconds())
+				cpu[mode] = append(cpu[mode], (testkit.CPUTime(b) - startCPU).Seconds())
 			}
 		}
 		median := func(xs []float64) float64 {
@@ -87,5 +90,8 @@ func BenchmarkStagedStep(b *testing.B) {
 		b.ReportMetric(whole, "whole-ms")
 		b.ReportMetric(staged, "staged-ms")
 		b.ReportMetric(staged/whole, "staged/whole")
+		if wholeCPU := median(cpu[train.OffloadNone]); wholeCPU > 0 {
+			b.ReportMetric(median(cpu[train.OffloadStaged])/wholeCPU, "cpu-staged/whole")
+		}
 	}
 }

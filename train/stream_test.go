@@ -321,9 +321,11 @@ func runLlama(t *testing.T, backend backends.Backend, config train.Config) (*tra
 
 // TestStreamProgramsFlatInDepth: the streamed step's programs (Trainer.StreamedPrograms) are the
 // same graphs for a GPT of 2 blocks and of 6, node for node, where the whole step grows with
-// the blocks: what keeps a streamed step's compile time flat in depth.
+// the blocks: what keeps a streamed step's compile time flat in depth. The staged step's
+// (Trainer.StagedPrograms) are those stage programs and one device update per kind of stage
+// (the embedding, a block, the head), flat in depth too.
 func TestStreamProgramsFlatInDepth(t *testing.T) {
-	nodes := func(layers int) (stream []int, whole int) {
+	nodes := func(layers int) (stream, staged []int, whole int) {
 		config := streamConfig(t)
 		editGPT(&config, func(g *models.GPTConfig) { g.Layers = layers })
 		config.Offload = train.OffloadParams
@@ -339,6 +341,14 @@ func TestStreamProgramsFlatInDepth(t *testing.T) {
 			stream = append(stream, len(p.Graph.Nodes()))
 		}
 		programs.Finalize()
+		stagedPrograms, err := tr.StagedPrograms()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range stagedPrograms.All() {
+			staged = append(staged, len(p.Graph.Nodes()))
+		}
+		stagedPrograms.Finalize()
 		config.Offload = train.OffloadNone
 		if tr, err = train.New(embedded(), config); err != nil {
 			t.Fatal(err)
@@ -348,13 +358,18 @@ func TestStreamProgramsFlatInDepth(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Graph.Finalize()
-		return stream, len(p.Graph.Nodes())
+		return stream, staged, len(p.Graph.Nodes())
 	}
-	stream2, whole2 := nodes(2)
-	stream6, whole6 := nodes(6)
-	t.Logf("nodes of the embedding, block and head programs: %v at 2 and 6 blocks; whole step: %d and %d", stream2, whole2, whole6)
+	stream2, staged2, whole2 := nodes(2)
+	stream6, staged6, whole6 := nodes(6)
+	t.Logf("nodes of the embedding, block and head programs: %v at 2 and 6 blocks; staged with the updates: %v; whole step: %d and %d",
+		stream2, staged2, whole2, whole6)
 	if len(stream2) != 5 || !slices.Equal(stream2, stream6) {
 		t.Errorf("streamed programs' nodes %v at 2 blocks, %v at 6: want 5 programs, the same", stream2, stream6)
+	}
+	if len(staged2) != 8 || !slices.Equal(staged2, staged6) || !slices.Equal(staged2[:5], stream2) {
+		t.Errorf("staged programs' nodes %v at 2 blocks, %v at 6: want the 5 streamed programs %v and 3 updates, the same at both depths",
+			staged2, staged6, stream2)
 	}
 	if whole6 < 2*whole2 {
 		t.Errorf("the whole step has %d nodes at 6 blocks, %d at 2: it should grow with the blocks", whole6, whole2)
