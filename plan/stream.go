@@ -18,14 +18,18 @@ import (
 )
 
 // The streamed run's estimate (--offload params, issue 27): the device holds one stage's weights
-// twice (the one computing, the next arriving) in the compute dtype, that stage's float32
-// gradient accumulator, the largest stage program's working memory and the inputs every block
-// keeps for the backward pass; the host holds the float32 master weights, the optimizer's state
-// and the float32 gradients. Each part comes from the stage programs the streamed executor runs,
-// built by its own builder (train.Trainer.StreamedPrograms, never run) and analyzed like a whole
-// step (analysis.Analyze): the embedding, one block (every block runs the same programs) and the
-// head. The kept inputs stay on the device: the executor keeps them there (a plan answers only
-// what the executor can run).
+// twice (the one computing, the next arriving) as the executor holds them (float32 masters in
+// float32: a bfloat16 copy that crossed the bus is widened on arrival, one weight at a time), that
+// stage's float32 gradient accumulator, the largest stage program's working memory and the inputs
+// every block keeps for the backward pass; the host holds the float32 master weights, the
+// optimizer's state and the float32 gradients. Each part comes from the stage programs the
+// streamed executor runs, built by its own builder (train.Trainer.StreamedPrograms, never run) and
+// analyzed like a whole step (analysis.Analyze): the embedding, one block (every block runs the
+// same programs) and the head. The kept inputs stay on the device: the executor keeps them there
+// (a plan answers only what the executor can run). The weights a stage's programs read only
+// rounded to the compute dtype cross the bus in it (train.StreamedStage.Narrow); the step's time
+// is the executor's schedule (stepSchedule): the host updates each stage while the device runs
+// the next stage's backward pass.
 
 // StageEstimate is one kind of stage of a streamed step.
 type StageEstimate struct {
@@ -43,12 +47,22 @@ type StageEstimate struct {
 	// SharedFrozenBytes those an earlier stage has too (a tied embedding).
 	FrozenBytes       int64 `json:"frozen_bytes,omitempty"`
 	SharedFrozenBytes int64 `json:"shared_frozen_bytes,omitempty"`
+	// WeightBytes are its weights (trainable and frozen) as the device holds them: as stored,
+	// float32 masters in float32 (the streamed executor widens a bfloat16 copy on arrival);
+	// BusBytes those of one upload, the weights its programs read only rounded to the compute
+	// dtype in it (train.StreamedStage.Narrow), the rest as stored; WidenBytes the largest such
+	// copy, which the device holds beside the float32 values until it is widened.
+	WeightBytes int64 `json:"weight_bytes"`
+	BusBytes    int64 `json:"bus_bytes"`
+	WidenBytes  int64 `json:"widen_bytes,omitempty"`
 	// WorkBytes is the most its programs allocate above their arguments (analysis.Analyze's
 	// PeakTempBytes: activations, recomputation, the float32 gradients they return), per
 	// micro-batch; FLOPs its forward and backward FLOPs per micro-batch (the backward recomputes
 	// the forward).
 	WorkBytes int64 `json:"work_bytes"`
 	FLOPs     int64 `json:"flops"`
+	// BackwardFLOPs are those of FLOPs its backward program computes (the head's one program: all).
+	BackwardFLOPs int64 `json:"backward_flops"`
 }
 
 // Streamed is the estimate of a streamed step: device and host memory apart, the traffic between
@@ -56,41 +70,48 @@ type StageEstimate struct {
 type Streamed struct {
 	Stages []StageEstimate `json:"stages"`
 	Params int64           `json:"params"`
-	// The device: the largest stage's weights twice in the compute dtype (double buffering), its
+	// The device: the largest stage's weights (StageEstimate.WeightBytes) twice (double
+	// buffering) and the largest bfloat16 copy on its way to being widened (WidenBytes), its
 	// float32 gradient accumulator, the largest stage program's working memory, and the block
 	// inputs kept for the backward pass (every block's and the head's, for the whole batch, in the
 	// compute dtype).
 	StageWeightBytes    int64 `json:"stage_weight_bytes"`
+	WidenBytes          int64 `json:"widen_bytes,omitempty"`
 	DeviceWeightBytes   int64 `json:"device_weight_bytes"`
 	DeviceGradientBytes int64 `json:"device_gradient_bytes"`
 	WorkBytes           int64 `json:"work_bytes"`
 	KeptInputBytes      int64 `json:"kept_input_bytes"`
 	DeviceBytes         int64 `json:"device_bytes"`
-	// The host: float32 master weights, the optimizer's state, float32 gradients (all of a step's:
-	// the streamed executor updates after the last gradients arrived, as the loss scale's atomic
-	// skip and the global-norm clip need them all).
+	// The host: float32 master weights, the optimizer's state, float32 gradients (counted for
+	// all of a step's: a clip keeps them until the step's norm is known), and under a loss scale
+	// or a clip the undo records of the speculated update (hostengine.Stage.Save: a copy of the
+	// masters and the state; none with Config.SerialHostUpdate).
 	MasterBytes       int64 `json:"master_bytes"`
 	StateBytes        int64 `json:"state_bytes"`
 	HostGradientBytes int64 `json:"host_gradient_bytes"`
+	UndoBytes         int64 `json:"undo_bytes,omitempty"`
 	// FrozenBytes is a LoRA run's frozen base in host memory, as stored (no master copy, state or
 	// gradient: only the adapters train).
 	FrozenBytes int64 `json:"frozen_bytes,omitempty"`
 	HostBytes   int64 `json:"host_bytes"`
-	// Traffic per step: weights to the device (each stage's forward and backward; the head's once)
-	// and float32 gradients back.
+	// Traffic per step: weights to the device (each stage's forward and backward, the head's once;
+	// StageEstimate.BusBytes) and float32 gradients back.
 	BytesToDevice int64 `json:"bytes_to_device"`
 	BytesToHost   int64 `json:"bytes_to_host"`
 	StepTime
 }
 
-// StepTime is a streamed step's time from its parts: the device's compute and the transfers
-// (which overlap), then the host's update (see stepTime); Bound names the largest part.
+// StepTime is a streamed step's time: each part's total (the device's compute, the transfers of
+// the busier direction, the host's update), and the step as the executor schedules them
+// (stepSchedule: the parts overlap stage by stage), and as it would be with the host update after
+// the backward pass (Config.SerialHostUpdate); Bound names the largest part.
 type StepTime struct {
 	FLOPs            int64   `json:"flops"`
 	ComputeSeconds   float64 `json:"compute_seconds"`
 	TransferSeconds  float64 `json:"transfer_seconds"`
 	HostSeconds      float64 `json:"host_update_seconds"`
 	Seconds          float64 `json:"step_seconds"`
+	SerialSeconds    float64 `json:"serial_step_seconds"`
 	Bound            string  `json:"bound"`
 	BusBytesPerSec   float64 `json:"bus_bytes_per_second"`
 	HostParamsPerSec float64 `json:"host_params_per_second"`
@@ -171,11 +192,16 @@ func EstimateStreamed(backend backends.Backend, config train.Config, o StreamOpt
 	if err != nil {
 		return Streamed{}, err
 	}
-	return combine(config, stages, programs.Input, o), nil
+	chain, err := tr.Chain()
+	if err != nil {
+		return Streamed{}, err
+	}
+	speculates := !config.SerialHostUpdate && (chain.ChecksFinite() || chain.ClipNorm() > 0) // as startHostRun decides
+	return combine(config, stages, programs.Input, speculates, o), nil
 }
 
-// combine adds the stages up.
-func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o StreamOptions) Streamed {
+// combine adds the stages up; speculates says whether the host keeps undo records.
+func combine(config train.Config, stages []StageEstimate, x shapes.Shape, speculates bool, o StreamOptions) Streamed {
 	compute := computeDType(config)
 	k := int64(max(config.MicroBatches, 1))
 	s := Streamed{Stages: stages}
@@ -188,41 +214,32 @@ func combine(config train.Config, stages []StageEstimate, x shapes.Shape, o Stre
 		largestParams = max(largestParams, st.Params)
 		s.WorkBytes = max(s.WorkBytes, st.WorkBytes)
 		s.FLOPs += n * k * st.FLOPs
-		uploads := int64(2) // forward and backward
-		if st.Name == "head" || st.Params == 0 {
-			uploads = 1 // one program: forward and backward; or no backward (nothing in it trains)
-		}
-		weights := st.Params*int64(compute.Size()) + st.FrozenBytes
-		s.BytesToDevice += n * uploads * weights
-		s.StageWeightBytes = max(s.StageWeightBytes, weights)
+		s.BytesToDevice += n * int64(uploads(st)) * st.BusBytes
+		s.StageWeightBytes = max(s.StageWeightBytes, st.WeightBytes)
+		s.WidenBytes = max(s.WidenBytes, st.WidenBytes)
 	}
-	s.DeviceWeightBytes = 2 * s.StageWeightBytes
+	s.DeviceWeightBytes = 2*s.StageWeightBytes + s.WidenBytes
 	s.DeviceGradientBytes = 4 * largestParams
 	// Every block's input and the head's, for the whole batch: x is one micro-batch's.
 	s.KeptInputBytes = int64(stages[1].Count+1) * k * int64(x.Memory())
 	s.DeviceBytes = s.DeviceWeightBytes + s.DeviceGradientBytes + s.WorkBytes + s.KeptInputBytes
 	s.MasterBytes = 4 * s.Params
-	s.HostGradientBytes = 4 * s.Params // the update waits for every stage's gradients
+	s.HostGradientBytes = 4 * s.Params
+	if speculates {
+		s.UndoBytes = s.MasterBytes + s.StateBytes
+	}
 	s.BytesToHost = 4 * s.Params
-	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes + s.FrozenBytes
-	s.StepTime = stepTime(s.FLOPs, compute, s.BytesToDevice, s.BytesToHost, s.Params, o)
-	return s
-}
-
-// stepTime is the time each part of a streamed step takes. The transfers overlap the device's
-// compute (the next stage's weights arrive while a stage computes); the host's update follows the
-// backward pass (the streamed executor applies it once every gradient arrived), so it adds. The
-// step's bound is the largest of the three.
-func stepTime(flops int64, compute dtypes.DType, toDevice, toHost, params int64, o StreamOptions) StepTime {
+	s.HostBytes = s.MasterBytes + s.StateBytes + s.HostGradientBytes + s.UndoBytes + s.FrozenBytes
 	tflops := o.Throughput.Float32
 	if compute == dtypes.BFloat16 || compute == dtypes.Float16 {
 		tflops = o.Throughput.BFloat16
 	}
-	t := StepTime{FLOPs: flops, BusBytesPerSec: o.Bandwidth, HostParamsPerSec: o.HostRate,
-		ComputeSeconds:  float64(flops) / (tflops * 1e12),
-		TransferSeconds: float64(max(toDevice, toHost)) / o.Bandwidth, // each direction has its own lanes
-		HostSeconds:     float64(params) / o.HostRate}
-	t.Seconds = max(t.ComputeSeconds, t.TransferSeconds) + t.HostSeconds
+	t := StepTime{FLOPs: s.FLOPs, BusBytesPerSec: o.Bandwidth, HostParamsPerSec: o.HostRate,
+		ComputeSeconds:  float64(s.FLOPs) / (tflops * 1e12),
+		TransferSeconds: float64(max(s.BytesToDevice, s.BytesToHost)) / o.Bandwidth, // each direction has its own lanes
+		HostSeconds:     float64(s.Params) / o.HostRate}
+	instances := scheduleOf(stages, float64(k)/(tflops*1e12), o)
+	t.Seconds, t.SerialSeconds = stepSchedule(instances, config.SerialHostUpdate), stepSchedule(instances, true)
 	switch longest := max(t.ComputeSeconds, t.TransferSeconds, t.HostSeconds); longest {
 	case t.HostSeconds:
 		t.Bound = BoundHostUpdate
@@ -231,7 +248,8 @@ func stepTime(flops int64, compute dtypes.DType, toDevice, toHost, params int64,
 	default:
 		t.Bound = BoundCompute
 	}
-	return t
+	s.StepTime = t
+	return s
 }
 
 // computeDType is the run's compute dtype (float32 when the policy says none).
@@ -265,11 +283,25 @@ func estimateStages(backend backends.Backend, config train.Config, programs *tra
 				e.SharedFrozenBytes += int64(v.Shape().Memory())
 			}
 		}
+		for _, v := range append(slices.Clone(st.Trainable), st.Frozen...) {
+			held := int64(v.Shape().Memory())
+			e.WeightBytes += held
+			if st.Narrow[v] {
+				sent := held / int64(dtypes.Float32.Size()) * int64(dtypes.BFloat16.Size()) // a float32 master's bfloat16 copy
+				e.BusBytes += sent
+				e.WidenBytes = max(e.WidenBytes, sent)
+			} else {
+				e.BusBytes += held
+			}
+		}
 		earlierFrozen = append(earlierFrozen, st.Frozen...)
-		for _, p := range st.Programs {
+		for i, p := range st.Programs {
 			m := analysis.Analyze(p)
 			e.WorkBytes = max(e.WorkBytes, m.PeakTempBytes)
 			e.FLOPs += m.FLOPs // the head's one program is its forward and backward
+			if i == len(st.Programs)-1 && (st.Name == "head" || len(st.Programs) > 1) {
+				e.BackwardFLOPs = m.FLOPs
+			}
 		}
 		var own []*context.Variable
 		for _, v := range st.Trainable {

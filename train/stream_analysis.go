@@ -37,6 +37,12 @@ type StreamedStage struct {
 	// gradients its backward program returns; Frozen the frozen weights they read (a LoRA run's
 	// base: graph's analysis.IsFrozen), which cross to the device with the stage and train not.
 	Trainable, Frozen []*context.Variable
+	// Narrow are those of Trainable and Frozen that cross the bus in the compute dtype (bfloat16
+	// copies of float32 masters, stream_narrow.go): those its first program (the forward; the
+	// head's loss and gradients) reads only rounded to the compute dtype, the executor's rule
+	// (narrowVariables) on the graph it asks (the stage's forward function). The backward programs
+	// read them through remat's exact barrier (x + -0.0) before the same rounding.
+	Narrow map[*context.Variable]bool
 }
 
 // All lists every stage's programs in the order the step first runs them: the embedding's
@@ -105,6 +111,7 @@ func (t *Trainer) StreamedPrograms() (*StreamedPrograms, error) {
 				st.Frozen = append(st.Frozen, v)
 			}
 		}
+		st.Narrow = narrowVariables(st.Programs[0].Graph, append(slices.Clone(st.Trainable), st.Frozen...), t.Config.Policy.Compute)
 	}
 	return out, nil
 }

@@ -134,6 +134,9 @@ func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
 	}
 	fmt.Fprintf(w, "\ndevice: %s %s\n", b(s.DeviceBytes), fits(s.DeviceBytes, budget))
 	fmt.Fprintf(w, "  largest stage's weights, twice (double buffer)  %10s\n", b(s.DeviceWeightBytes))
+	if s.WidenBytes > 0 {
+		fmt.Fprintf(w, "    of which a bfloat16 copy before it is widened %10s\n", b(s.WidenBytes))
+	}
 	fmt.Fprintf(w, "  its float32 gradients                           %10s\n", b(s.DeviceGradientBytes))
 	fmt.Fprintf(w, "  largest stage program's working memory          %10s\n", b(s.WorkBytes))
 	fmt.Fprintf(w, "  every block's input kept for the backward pass   %10s\n", b(s.KeptInputBytes))
@@ -141,10 +144,13 @@ func writeStreamed(w io.Writer, s plan.Streamed, budget, host int64) {
 	fmt.Fprintf(w, "  float32 master weights                          %10s\n", b(s.MasterBytes))
 	fmt.Fprintf(w, "  optimizer state                                 %10s\n", b(s.StateBytes))
 	fmt.Fprintf(w, "  float32 gradients                               %10s\n", b(s.HostGradientBytes))
+	if s.UndoBytes > 0 {
+		fmt.Fprintf(w, "  undo records of the speculated update           %10s\n", b(s.UndoBytes))
+	}
 	if s.FrozenBytes > 0 {
 		fmt.Fprintf(w, "  frozen base, as stored (no gradient, no update) %10s\n", b(s.FrozenBytes))
 	}
-	fmt.Fprintf(w, "\nstep: about %.3f s, bound by %s\n", s.Seconds, s.Bound)
+	fmt.Fprintf(w, "\nstep: about %.3f s, bound by %s (the host update after the backward pass: %.3f s)\n", s.Seconds, s.Bound, s.SerialSeconds)
 	fmt.Fprintf(w, "  device compute  %9.3f s  (%.3g FLOPs)\n", s.ComputeSeconds, float64(s.FLOPs))
 	fmt.Fprintf(w, "  transfers       %9.3f s  (%s to the device, %s back, at %.0f GB/s per direction)\n", s.TransferSeconds,
 		b(s.BytesToDevice), b(s.BytesToHost), s.BusBytesPerSec/1e9)
