@@ -163,6 +163,7 @@ func TestLoRAConfigErrors(t *testing.T) {
 // it. With the XLA plugin (not -short): 4 devices with the parameters sharded (SPMD with FSDP: the
 // frozen base split too) give one device's losses within 1e-5 (XLA compiles both: ~40 s here).
 func TestLoRATechniques(t *testing.T) {
+	t.Parallel()
 	reference := llamaReference(t)
 	reference.LoRA = layers.LoRA{Rank: 4, Alpha: 8, Targets: allProjections}
 	reference.Schedule = optim.Constant(1e-2)

@@ -33,6 +33,7 @@ func stagedStats(t *testing.T, s train.Stats) *train.StagedStats {
 // each stage updates after its backward pass: the most gradient bytes held at once are the
 // largest stage's.
 func TestStagedMatchesWholeStep(t *testing.T) {
+	t.Parallel()
 	for _, backend := range testkit.All() {
 		t.Run(backend.Name(), func(t *testing.T) {
 			config := streamConfig(t)
@@ -66,6 +67,7 @@ func TestStagedTechniques(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains 7 runs of 5 steps twice")
 	}
+	t.Parallel()
 	bf16, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
 	if err != nil {
 		t.Fatal(err)

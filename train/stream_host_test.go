@@ -15,13 +15,14 @@ import (
 // TestStreamedOverlapIsSerial: the streamed step's host update, each stage updated while the device
 // computes the next stage's backward pass (speculated under a loss scale or a clip, undone and done
 // again where the decision says so), leaves every variable as the serialized update (every stage
-// after the backward pass) does, bit for bit, after 5 steps of the tiny GPT on the embedded
+// after the backward pass) does, bit for bit, after 4 steps of the tiny GPT on the embedded
 // backend: without a loss scale or a clip, with a loss scale so large that every step overflows
 // (every step skipped: the head's gradients say so before any update), and with a dynamic loss
 // scale and a global-norm clip of 1, above the norms of the first stages' gradients and below the
 // step's (speculations undone and done again clipped; the losses differ from the unclipped run's),
 // with Adam's flat loop and with Adafactor's graph update, which the blocks share.
 func TestStreamedOverlapIsSerial(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		edit func(c *train.Config)
@@ -45,7 +46,7 @@ func TestStreamedOverlapIsSerial(t *testing.T) {
 			vars := map[bool]map[string]*tensors.Tensor{}
 			for _, serial := range []bool{true, false} {
 				config.SerialHostUpdate = serial
-				tr, h := runOffload(t, embedded(), config, 5, "")
+				tr, h := runOffload(t, embedded(), config, 4, "")
 				runs[serial], vars[serial] = h, testkit.Variables(t, tr.Ctx)
 				if stats := streamStats(t, h.Offload); stats.Overlapped == serial {
 					t.Errorf("serial %v: the step reports overlapped %v", serial, stats.Overlapped)
@@ -81,8 +82,10 @@ func TestStreamedOverlapIsSerial(t *testing.T) {
 					}
 				}
 			case "clip", "adafactor clip":
-				if c.name == "clip" && plain != nil && runs[false].Steps[4].Loss == plain.Steps[4].Loss {
-					t.Errorf("the clipped run's fifth loss %.9g is the unclipped run's: the clip does not act", plain.Steps[4].Loss)
+				if c.name == "clip" && plain != nil {
+					if last := len(plain.Steps) - 1; runs[false].Steps[last].Loss == plain.Steps[last].Loss {
+						t.Errorf("the clipped run's last loss %.9g is the unclipped run's: the clip does not act", plain.Steps[last].Loss)
+					}
 				}
 				// The head's and the last block's norms are below the clip, the step's above it: the
 				// host speculates on them, then puts them back and updates them again clipped.

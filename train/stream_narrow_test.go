@@ -16,6 +16,7 @@ import (
 // with remat of the MLP and attention (whose ties read the weights in float32, in a branch never
 // taken), as the GPT and Llama recipes train.
 func TestStreamedBF16Bus(t *testing.T) {
+	t.Parallel()
 	bf16, err := mixed.ParsePolicy("params=float32,compute=bfloat16,output=float32")
 	if err != nil {
 		t.Fatal(err)
