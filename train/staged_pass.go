@@ -24,16 +24,13 @@ type stagedPass struct {
 	acc []*tensors.Tensor
 	// tied are the head's gradients of the variables the embedding trains too (a tied table),
 	// added to the embedding's.
-	tied    map[*context.Variable]*tensors.Tensor
-	rng     *tensors.Tensor            // the running random state (local), nil without one
-	rngAt   map[[2]int]*tensors.Tensor // the state each stage instance's forward call started from
+	tied map[*context.Variable]*tensors.Tensor
+	stageCalls
 	step    *stagedStep
 	lossSum float32
 	count   float32
 	metrics [][2]float32 // sum and count of each metric
 	stats   StagedStats
-	device  time.Duration
-	ran     *graph.Graph
 }
 
 // forward splits the batch into micro-batches, sends them to the device and runs them through
@@ -241,52 +238,12 @@ func (p *stagedPass) finish() ([]*tensors.Tensor, *graph.Graph, error) {
 	return append(outs, updateOuts...), p.ran, nil
 }
 
-// call runs a stage's program on args for micro-batch m of stage instance i, with the random
-// state the instance's forward call started from (backward) or the running one (forward), which
-// a forward call advances, and accounts for the device's footprint.
+// call runs a stage's program (stageCalls.call) and accounts for the device's footprint.
 func (p *stagedPass) call(st *streamStage, exec *context.Exec, i, m int, backward bool, args ...*tensors.Tensor) ([]*tensors.Tensor, error) {
-	e := p.e
-	if st.rng >= 0 && p.rng != nil {
-		state := p.rng
-		if backward {
-			state = p.rngAt[[2]int{i, m}]
-		}
-		clone, err := state.LocalClone()
-		if err != nil {
-			return nil, err
-		}
-		if err := e.setTemplate(st, st.rng, e.rngVar(), clone); err != nil {
-			return nil, err
-		}
-	}
-	in := make([]any, len(args))
-	for j, a := range args {
-		in[j] = a
-	}
-	start := time.Now()
-	outs, g, err := exec.ExecWithGraph(in...)
-	p.device += time.Since(start)
-	if err != nil {
-		return nil, err
-	}
-	p.ran = g
-	if exec == st.bwd {
-		st.ran[1] = g
-	} else {
-		st.ran[0] = g
-	}
-	p.account(g)
-	if st.rng >= 0 && p.rng != nil && !backward {
-		next, err := st.vars[st.rng].Value()
-		if err != nil {
-			return nil, err
-		}
-		p.rngAt[[2]int{i, m}] = p.rng
-		if p.rng, err = next.LocalClone(); err != nil {
-			return nil, err
-		}
-	}
-	return outs, nil
+	return p.stageCalls.call(p.e.stageLayout, st, exec, i, m, backward, func(g *graph.Graph, _ []*tensors.Tensor) error {
+		p.account(g)
+		return nil
+	}, args...)
 }
 
 // account records the device footprint at a run of g (after it: its outputs are held): the

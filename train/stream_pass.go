@@ -18,21 +18,18 @@ type streamPass struct {
 	k int
 	// mbs are the micro-batches on the device; xs[i][m] the input of block i (xs[n] the head's) for
 	// micro-batch m; dxs[m] the cotangent flowing back.
-	mbs      [][]*tensors.Tensor
-	xs       [][]*tensors.Tensor
-	dxs      []*tensors.Tensor
-	rng      *tensors.Tensor            // the running random state (local), nil without one
-	rngAt    map[[2]int]*tensors.Tensor // the state each stage instance's forward call started from
+	mbs [][]*tensors.Tensor
+	xs  [][]*tensors.Tensor
+	dxs []*tensors.Tensor
+	stageCalls
 	lossSum  float32
 	count    float32
 	metrics  [][2]float32                          // sum and count of each metric
 	grads    map[*context.Variable]*tensors.Tensor // gradient sums on the host
 	acc      []*tensors.Tensor                     // the gradient sums of the stage running backward, on the device
 	stats    StreamStats
-	ran      *graph.Graph
 	transfer time.Duration // waiting for uploads and downloads
 	upload   time.Duration // the uploads' own time, hidden behind computation or not
-	device   time.Duration
 	// host is the step's host update running beside the device (nil: serialized, after the
 	// backward pass); start is when the step began.
 	host  *hostRun
@@ -350,54 +347,11 @@ func (p *streamPass) bind(st *streamStage, sources []*context.Variable) error {
 	return nil
 }
 
-// call runs a stage's program on args for micro-batch m of stage instance i, with the random
-// state the instance's forward call starts from (backward) or the running one (forward), which
-// a forward call advances.
+// call runs a stage's program (stageCalls.call) and accounts for the device's footprint.
 func (p *streamPass) call(st *streamStage, exec *context.Exec, i, m int, backward bool, args ...*tensors.Tensor) ([]*tensors.Tensor, error) {
-	s := p.s
-	if st.rng >= 0 && p.rng != nil {
-		state := p.rng
-		if backward {
-			state = p.rngAt[[2]int{i, m}]
-		}
-		clone, err := state.LocalClone()
-		if err != nil {
-			return nil, err
-		}
-		if err := s.setTemplate(st, st.rng, s.rngVar(), clone); err != nil {
-			return nil, err
-		}
-	}
-	in := make([]any, len(args))
-	for j, a := range args {
-		in[j] = a
-	}
-	start := time.Now()
-	outs, g, err := exec.ExecWithGraph(in...)
-	p.device += time.Since(start)
-	if err != nil {
-		return nil, err
-	}
-	p.ran = g
-	if exec == st.bwd {
-		st.ran[1] = g
-	} else {
-		st.ran[0] = g
-	}
-	if err := p.account(st, g, args, outs); err != nil {
-		return nil, err
-	}
-	if st.rng >= 0 && p.rng != nil && !backward {
-		next, err := st.vars[st.rng].Value()
-		if err != nil {
-			return nil, err
-		}
-		p.rngAt[[2]int{i, m}] = p.rng
-		if p.rng, err = next.LocalClone(); err != nil {
-			return nil, err
-		}
-	}
-	return outs, nil
+	return p.stageCalls.call(p.s.stageLayout, st, exec, i, m, backward, func(g *graph.Graph, outs []*tensors.Tensor) error {
+		return p.account(st, g, args, outs)
+	}, args...)
 }
 
 // splitRows cuts t into k equal parts along axis 0, as local tensors.
